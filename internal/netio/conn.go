@@ -1,0 +1,231 @@
+// Package netio is softrnic's UDP I/O layer: one socket per device, batched receive with
+// recvmmsg (and UDP GRO), batched send with sendmmsg (and UDP GSO, one send of many
+// equal-sized packets), and fault injection on outgoing datagrams (loss, reordering,
+// duplication, corruption) for testing loss recovery without kernel netem.
+//
+// The hot paths use the socket's file descriptor directly with non-blocking system calls
+// and preallocated message headers, so they allocate nothing and hold no lock across a
+// system call. A small reference count keeps the descriptor valid while such calls are in
+// flight; Close waits for them.
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a Conn.
+type Config struct {
+	// Local is the address and port to bind. Port 0 picks an ephemeral port.
+	Local netip.AddrPort
+	// SocketBuffer is the requested SO_RCVBUF and SO_SNDBUF in bytes (default 32 MiB).
+	// Without CAP_NET_ADMIN the kernel caps it at net.core.rmem_max / wmem_max.
+	SocketBuffer int
+	// DisableGSO and DisableGRO turn off UDP segmentation offload on send and receive
+	// coalescing.
+	DisableGSO, DisableGRO bool
+	// Faults, if any field is non-zero, are applied to every outgoing datagram.
+	Faults Faults
+	// FaultFilter, if set, decides the fate of each outgoing datagram exactly (for
+	// deterministic tests). It runs before the random faults.
+	FaultFilter FilterFunc
+}
+
+// Conn is a UDP socket bound to one address, used by one softrnic device.
+type Conn struct {
+	uc     *net.UDPConn
+	rc     syscall.RawConn
+	fd     int
+	local  netip.AddrPort
+	v6     bool
+	gso    bool
+	gro    bool
+	rcvbuf int
+	sndbuf int
+
+	users  atomic.Int64 // raw-fd system calls in flight
+	closed atomic.Bool
+
+	faults *injector
+
+	// Counters.
+	SendCalls    atomic.Uint64 // sendmmsg system calls
+	SendErrors   atomic.Uint64 // datagrams the kernel refused
+	RecvCalls    atomic.Uint64 // recvmmsg system calls that returned data
+	RecvTrunc    atomic.Uint64 // datagrams truncated by a too small buffer
+	GSOSends     atomic.Uint64 // messages sent as one GSO super-datagram
+	WriteBlocked atomic.Uint64 // sends that waited for socket buffer space
+}
+
+// ErrClosed is returned by operations on a closed Conn.
+var ErrClosed = errors.New("netio: connection closed")
+
+// Listen opens and configures the socket.
+func Listen(cfg Config) (*Conn, error) {
+	if !cfg.Local.Addr().IsValid() {
+		return nil, errors.New("netio: no local address")
+	}
+	ip := cfg.Local.Addr().Unmap()
+	network := "udp4"
+	if ip.Is6() {
+		network = "udp6"
+	}
+	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, cfg.Local.Port())))
+	if err != nil {
+		return nil, fmt.Errorf("netio: bind %v: %w", cfg.Local, err)
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	c := &Conn{uc: uc, rc: rc, v6: ip.Is6()}
+	c.local = uc.LocalAddr().(*net.UDPAddr).AddrPort()
+	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
+	bufsz := cfg.SocketBuffer
+	if bufsz <= 0 {
+		bufsz = 32 << 20
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		c.fd = int(fd)
+		// Large buffers: bursts of a window of packets per QP must not be dropped by the
+		// kernel. FORCE needs CAP_NET_ADMIN; fall back to the capped form.
+		if unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufsz) != nil {
+			_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, bufsz)
+		}
+		if unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufsz) != nil {
+			_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufsz)
+		}
+		c.rcvbuf, _ = unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		c.sndbuf, _ = unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		if !c.v6 {
+			// DF on every datagram; on an unconnected socket Linux then writes IP ID 0,
+			// which the ICRC covers.
+			serr = unix.SetsockoptInt(c.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		} else {
+			serr = unix.SetsockoptInt(c.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+		}
+		if !cfg.DisableGSO {
+			// Probe: reading the socket's default segment size works where GSO exists.
+			if _, e := unix.GetsockoptInt(c.fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); e == nil {
+				c.gso = true
+			}
+		}
+		if !cfg.DisableGRO {
+			if unix.SetsockoptInt(c.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
+				c.gro = true
+			}
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("netio: configure socket: %w", err)
+	}
+	if cfg.Faults.Active() || cfg.FaultFilter != nil {
+		c.faults = newInjector(cfg.Faults, cfg.FaultFilter, c)
+	}
+	return c, nil
+}
+
+// LocalAddr returns the bound address.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// GSO reports whether segmentation offload is in use for sends.
+func (c *Conn) GSO() bool { return c.gso && c.faults == nil }
+
+// GRO reports whether receive coalescing is enabled.
+func (c *Conn) GRO() bool { return c.gro }
+
+// SocketBuffers returns the effective receive and send buffer sizes.
+func (c *Conn) SocketBuffers() (rcv, snd int) { return c.rcvbuf, c.sndbuf }
+
+// FaultCounters returns what the fault injector did so far.
+func (c *Conn) FaultCounters() FaultCounters {
+	if c.faults == nil {
+		return FaultCounters{}
+	}
+	return c.faults.counters()
+}
+
+// Close closes the socket after in-flight system calls finish. Serve returns.
+func (c *Conn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	for c.users.Load() != 0 {
+		runtime.Gosched()
+	}
+	if c.faults != nil {
+		c.faults.stop()
+	}
+	return c.uc.Close()
+}
+
+// acquire marks a raw-fd system call in flight; false if the Conn is closed.
+func (c *Conn) acquire() bool {
+	c.users.Add(1)
+	if c.closed.Load() {
+		c.users.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (c *Conn) release() { c.users.Add(-1) }
+
+// Addr is a destination prepared for sendmmsg.
+type Addr struct {
+	AP    netip.AddrPort
+	raw   unix.RawSockaddrInet6 // large enough for both families
+	rawLn uint32
+}
+
+// MakeAddr prepares ap as a destination for this Conn's address family.
+func (c *Conn) MakeAddr(ap netip.AddrPort) (Addr, error) {
+	a := Addr{AP: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
+	ip := a.AP.Addr()
+	port := ap.Port()
+	if !c.v6 {
+		if !ip.Is4() {
+			return Addr{}, fmt.Errorf("netio: %v is not an IPv4 address (device is IPv4)", ap)
+		}
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&a.raw))
+		sa.Family = unix.AF_INET
+		sa.Port = htons(port)
+		sa.Addr = ip.As4()
+		a.rawLn = unix.SizeofSockaddrInet4
+	} else {
+		if ip.Is4() {
+			ip = netip.AddrFrom16(ip.As16())
+		}
+		a.raw.Family = unix.AF_INET6
+		a.raw.Port = htons(port)
+		a.raw.Addr = ip.As16()
+		a.rawLn = unix.SizeofSockaddrInet6
+	}
+	return a, nil
+}
+
+func htons(p uint16) uint16 { return p<<8 | p>>8 }
+
+// mmsghdr is struct mmsghdr from <sys/socket.h>.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// errno values returned by the raw calls.
+func isAgain(e syscall.Errno) bool { return e == unix.EAGAIN || e == unix.EWOULDBLOCK }

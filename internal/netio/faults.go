@@ -1,0 +1,288 @@
+package netio
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Faults are probabilities applied independently to each outgoing datagram.
+type Faults struct {
+	Loss    float64 // drop the datagram
+	Reorder float64 // hold it back and send it after later datagrams
+	Dup     float64 // send it twice
+	Corrupt float64 // flip one bit (the receiver's ICRC check must catch it)
+	Seed    uint64  // PRNG seed; the same seed and traffic give the same faults
+}
+
+// Active reports whether any fault has a non-zero probability.
+func (f Faults) Active() bool { return f.Loss > 0 || f.Reorder > 0 || f.Dup > 0 || f.Corrupt > 0 }
+
+// String formats f in the SOFTRNIC_FAULTS syntax.
+func (f Faults) String() string {
+	return fmt.Sprintf("loss=%g,reorder=%g,dup=%g,corrupt=%g,seed=%d", f.Loss, f.Reorder, f.Dup, f.Corrupt, f.Seed)
+}
+
+// ParseFaults parses "loss=0.01,reorder=0.02,dup=0.005,corrupt=0.001,seed=7". Missing
+// keys are zero; an empty string means no faults.
+func ParseFaults(s string) (Faults, error) {
+	var f Faults
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return f, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return Faults{}, fmt.Errorf("netio: fault %q: want key=value", kv)
+		}
+		if k == "seed" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return Faults{}, fmt.Errorf("netio: fault seed %q: %v", v, err)
+			}
+			f.Seed = n
+			continue
+		}
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 || p > 1 {
+			return Faults{}, fmt.Errorf("netio: fault %s=%q: want a probability in [0,1]", k, v)
+		}
+		switch k {
+		case "loss":
+			f.Loss = p
+		case "reorder":
+			f.Reorder = p
+		case "dup":
+			f.Dup = p
+		case "corrupt":
+			f.Corrupt = p
+		default:
+			return Faults{}, fmt.Errorf("netio: unknown fault %q (want loss, reorder, dup, corrupt, seed)", k)
+		}
+	}
+	return f, nil
+}
+
+// Action is what a FilterFunc decides for one datagram.
+type Action int
+
+// Actions.
+const (
+	Pass      Action = iota // send unchanged (random faults still apply)
+	Drop                    // lose it
+	Duplicate               // send it twice
+	Corrupt                 // flip one bit
+	Delay                   // hold it until Verdict.After more datagrams were sent (or 1 ms)
+	Deliver                 // send unchanged and skip the random faults
+)
+
+// Verdict is a FilterFunc's decision.
+type Verdict struct {
+	Action Action
+	After  int // for Delay: how many later datagrams go first (at least 1)
+}
+
+// FilterFunc decides the fate of one outgoing datagram; pkt is a copy it may keep.
+type FilterFunc func(pkt []byte) Verdict
+
+// FaultCounters count what the injector did.
+type FaultCounters struct {
+	Lost, Reordered, Duplicated, Corrupted uint64
+}
+
+const maxHold = time.Millisecond
+
+type held struct {
+	pkt   []byte
+	dst   *Addr
+	after int
+	at    time.Time
+}
+
+type injector struct {
+	f      Faults
+	filter FilterFunc
+	c      *Conn
+
+	mu      sync.Mutex
+	rng     *rand.Rand
+	held    []held
+	out     [][]byte
+	dsts    []*Addr
+	msgs    []mmsghdr
+	iovs    []unix.Iovec
+	done    chan struct{}
+	once    sync.Once
+
+	lost, reordered, duplicated, corrupted atomic.Uint64
+}
+
+func newInjector(f Faults, filter FilterFunc, c *Conn) *injector {
+	inj := &injector{f: f, filter: filter, c: c, rng: rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15)), done: make(chan struct{})}
+	go inj.releaser()
+	return inj
+}
+
+func (inj *injector) counters() FaultCounters {
+	return FaultCounters{inj.lost.Load(), inj.reordered.Load(), inj.duplicated.Load(), inj.corrupted.Load()}
+}
+
+func (inj *injector) stop() { inj.once.Do(func() { close(inj.done) }) }
+
+// releaser sends datagrams held longer than maxHold, so a held datagram is not stuck when
+// no later traffic comes.
+func (inj *injector) releaser() {
+	t := time.NewTicker(maxHold / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-inj.done:
+			return
+		case now := <-t.C:
+			inj.mu.Lock()
+			inj.out, inj.dsts = inj.out[:0], inj.dsts[:0]
+			kept := inj.held[:0]
+			for _, h := range inj.held {
+				if now.Sub(h.at) >= maxHold {
+					inj.out, inj.dsts = append(inj.out, h.pkt), append(inj.dsts, h.dst)
+				} else {
+					kept = append(kept, h)
+				}
+			}
+			inj.held = kept
+			inj.flushLocked()
+			inj.mu.Unlock()
+		}
+	}
+}
+
+// send applies faults to every datagram of b and sends the survivors one by one (no GSO,
+// so that faults hit single packets).
+func (inj *injector) send(b *SendBatch) error {
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	inj.out, inj.dsts = inj.out[:0], inj.dsts[:0]
+	for i := range b.pkts {
+		pkt := b.packet(i, nil)
+		dst := b.pkts[i].dst
+		v := Verdict{Action: Pass}
+		if inj.filter != nil {
+			v = inj.filter(pkt)
+		}
+		if v.Action == Pass {
+			v = inj.random()
+		}
+		switch v.Action {
+		case Drop:
+			inj.lost.Add(1)
+			continue
+		case Duplicate:
+			inj.duplicated.Add(1)
+			inj.emit(pkt, dst)
+			inj.emit(pkt, dst)
+		case Corrupt:
+			inj.corrupted.Add(1)
+			inj.flip(pkt)
+			inj.emit(pkt, dst)
+		case Delay:
+			inj.reordered.Add(1)
+			if v.After < 1 {
+				v.After = 1
+			}
+			inj.held = append(inj.held, held{pkt: pkt, dst: dst, after: v.After, at: time.Now()})
+		default:
+			inj.emit(pkt, dst)
+		}
+	}
+	return inj.flushLocked()
+}
+
+func (inj *injector) random() Verdict {
+	f := &inj.f
+	r := inj.rng.Float64
+	switch {
+	case f.Loss > 0 && r() < f.Loss:
+		return Verdict{Action: Drop}
+	case f.Corrupt > 0 && r() < f.Corrupt:
+		return Verdict{Action: Corrupt}
+	case f.Dup > 0 && r() < f.Dup:
+		return Verdict{Action: Duplicate}
+	case f.Reorder > 0 && r() < f.Reorder:
+		return Verdict{Action: Delay, After: 1 + inj.rng.IntN(3)}
+	}
+	return Verdict{Action: Pass}
+}
+
+// flip flips one random bit outside byte 4 of the BTH, which the ICRC does not cover.
+func (inj *injector) flip(pkt []byte) {
+	if len(pkt) == 0 {
+		return
+	}
+	for {
+		bit := inj.rng.IntN(len(pkt) * 8)
+		if bit/8 == 4 && len(pkt) > 5 {
+			continue
+		}
+		pkt[bit/8] ^= 1 << (bit % 8)
+		return
+	}
+}
+
+// emit queues pkt and then any held datagrams whose turn has come.
+func (inj *injector) emit(pkt []byte, dst *Addr) {
+	inj.out, inj.dsts = append(inj.out, pkt), append(inj.dsts, dst)
+	if len(inj.held) == 0 {
+		return
+	}
+	kept := inj.held[:0]
+	var due []held
+	for _, h := range inj.held {
+		h.after--
+		if h.after <= 0 {
+			due = append(due, h)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	inj.held = kept
+	for _, h := range due {
+		inj.out, inj.dsts = append(inj.out, h.pkt), append(inj.dsts, h.dst)
+	}
+}
+
+// flushLocked sends inj.out with sendmmsg.
+func (inj *injector) flushLocked() error {
+	n := len(inj.out)
+	if n == 0 {
+		return nil
+	}
+	if cap(inj.msgs) < n {
+		inj.msgs = make([]mmsghdr, n)
+		inj.iovs = make([]unix.Iovec, n)
+	}
+	msgs, iovs := inj.msgs[:n], inj.iovs[:n]
+	for i, p := range inj.out {
+		if len(p) == 0 {
+			p = append(p, 0)[:0:1]
+		}
+		iovs[i].Base = unsafe.SliceData(p)
+		iovs[i].SetLen(len(p))
+		h := &msgs[i].hdr
+		*h = unix.Msghdr{}
+		h.Name = (*byte)(unsafe.Pointer(&inj.dsts[i].raw))
+		h.Namelen = inj.dsts[i].rawLn
+		h.Iov = &iovs[i]
+		h.Iovlen = 1
+	}
+	err := inj.c.sendMsgs(msgs)
+	inj.out = inj.out[:0]
+	return err
+}

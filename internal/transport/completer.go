@@ -1,0 +1,249 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// handleResponse processes an ACK, NAK, READ response or atomic ACK (q.mu and rxMu held).
+func (q *QP) handleResponse(p *wire.Packet) {
+	r := &q.req
+	psn := p.BTH.PSN
+	// A response can only be for a PSN that was sent.
+	if !wire.PSNBefore(psn, r.highPSN) {
+		q.stats.Dropped++
+		return
+	}
+	switch p.BTH.Opcode {
+	case wire.OpAcknowledge:
+		q.handleAck(p)
+	case wire.OpAtomicAcknowledge:
+		q.handleAtomicAck(p)
+	default:
+		q.handleReadResponse(p)
+	}
+}
+
+func (q *QP) handleAck(p *wire.Packet) {
+	r := &q.req
+	psn := p.BTH.PSN
+	syn := p.AETH.Syndrome
+	if wire.PSNBefore(psn, r.una) {
+		q.stats.Duplicates++ // an old or repeated acknowledgement
+		return
+	}
+	switch wire.AETHKind(syn) {
+	case wire.AETHAck:
+		q.ackUpTo(psn)
+	case wire.AETHRNR:
+		q.stats.RNRNAKsRecv++
+		q.ackUpTo(wire.PSNAdd(psn, wire.PSNMask))
+		if q.state != StateRTS && q.state != StateSQD {
+			return
+		}
+		if r.rnrLeft == 0 {
+			q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
+			return
+		}
+		if r.rnrLeft != 7 {
+			r.rnrLeft--
+		}
+		r.rnrWait = true
+		r.rnrPSN = psn
+		r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
+		r.rtoAt = 0
+		q.dev.timers.arm(q, r.rnrUntil)
+	case wire.AETHNak:
+		q.stats.NAKsRecv++
+		q.ackUpTo(wire.PSNAdd(psn, wire.PSNMask))
+		if q.state != StateRTS && q.state != StateSQD {
+			return
+		}
+		code := wire.AETHValue(syn)
+		if code == wire.NakPSNSeqError {
+			// Go back to psn. A NAK for the same PSN again without progress uses a retry.
+			if r.nakRepeat && r.lastNakPSN == psn {
+				if r.retryLeft == 0 {
+					q.errorState(StatusRetryExcErr, VendorRetryTimer)
+					return
+				}
+				r.retryLeft--
+			}
+			r.nakRepeat, r.lastNakPSN = true, psn
+			q.rewind(psn)
+			q.dev.queueKick(q)
+			return
+		}
+		st := StatusRemOpErr
+		switch code {
+		case wire.NakInvalidRequest, wire.NakInvalidRDRequest:
+			st = StatusRemInvReqErr
+		case wire.NakRemoteAccessError:
+			st = StatusRemAccessErr
+		}
+		q.errorState(st, VendorRemoteNAK|uint32(code))
+	default:
+		q.stats.Dropped++
+	}
+}
+
+// ackUpTo processes an acknowledgement of every PSN up to and including psn: SEND and
+// WRITE WQEs it covers complete; a READ or atomic it covers whose responses did not arrive
+// means they were lost, so the requester goes back to it.
+func (q *QP) ackUpTo(psn uint32) {
+	r := &q.req
+	if wire.PSNBefore(psn, r.una) {
+		return
+	}
+	size := uint64(len(q.sq))
+	old := r.una
+	done := false
+	for q.sqTail != q.sqStarted {
+		w := &q.sq[q.sqTail%size]
+		if wire.PSNBefore(psn, w.lastPSN()) {
+			r.una = wire.PSNAdd(psn, 1)
+			done = true
+			break
+		}
+		if w.isReadOrAtomic() {
+			// Responses come before later ACKs, so the ones for w were lost.
+			if wire.PSNBefore(r.una, w.firstPSN) {
+				r.una = w.firstPSN
+			}
+			if !(r.rewound && r.rewindPSN == r.una) {
+				q.rewind(r.una)
+				q.dev.queueKick(q)
+			}
+			done = true
+			break
+		}
+		q.completeSend(w)
+	}
+	if !done {
+		r.una = wire.PSNAdd(psn, 1)
+	}
+	if r.una != old {
+		q.progress()
+	}
+}
+
+// progress resets the retry budget and the ACK timer after the peer acknowledged something.
+func (q *QP) progress() {
+	r := &q.req
+	r.retryLeft = q.attr.RetryCnt
+	r.rnrLeft = q.attr.RNRRetry
+	r.rewound = false
+	r.nakRepeat = false
+	if wire.PSNBefore(r.curPSN, r.una) && q.sqCur != q.sqStarted {
+		// Acknowledged beyond what is being resent: skip ahead.
+		q.rewind(r.una)
+	}
+	q.restartRTO()
+	q.dev.queueKick(q)
+}
+
+// completeSend retires the WQE at the tail successfully.
+func (q *QP) completeSend(w *sendWQE) {
+	if w.signaled {
+		e := CQE{WRID: w.wrID, QPN: q.qpn, Opcode: wcOpcode(w.op), ByteLen: w.length}
+		q.sendCQ.push(&e)
+	}
+	clear(w.segs)
+	q.sqTail++
+	if q.sqCur < q.sqTail {
+		q.sqCur = q.sqTail
+	}
+	if q.state == StateSQD {
+		q.checkDrained()
+	}
+}
+
+// checkDrained raises SQ_DRAINED once an SQD QP has nothing outstanding.
+func (q *QP) checkDrained() {
+	if q.sqTail == q.sqStarted && q.sqdNotify {
+		q.sqdNotify = false
+		q.dev.raise(Event{Type: EventSQDrained, QP: q, Detail: "send queue drained"})
+	}
+}
+
+func (q *QP) handleReadResponse(p *wire.Packet) {
+	r := &q.req
+	psn := p.BTH.PSN
+	if wire.PSNBefore(psn, r.una) {
+		q.stats.Duplicates++
+		return
+	}
+	if psn != r.una {
+		// Earlier responses (or the requests) were lost: go back once per loss.
+		q.stats.OutOfSequence++
+		if !(r.rewound && r.rewindPSN == r.una) {
+			q.rewind(r.una)
+			q.dev.queueKick(q)
+		}
+		return
+	}
+	if q.sqTail == q.sqStarted {
+		q.stats.Dropped++
+		return
+	}
+	w := &q.sq[q.sqTail%uint64(len(q.sq))]
+	if w.op != WRRead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN(), psn) {
+		q.stats.Dropped++
+		return
+	}
+	// LAST or ONLY exactly at the end of a READ request's range, FIRST or MIDDLE before
+	// it. (FIRST is not tied to the chunk start: a READ re-requested from the middle of a
+	// chunk gets responses that start with FIRST there.)
+	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
+	last := psn == q.readChunkEnd(w, psn)
+	isLast := p.BTH.Opcode == wire.OpReadResponseLast || p.BTH.Opcode == wire.OpReadResponseOnly
+	off := uint64(idx) * uint64(q.mtu)
+	n := min(uint64(q.mtu), uint64(w.length)-min(off, uint64(w.length)))
+	if isLast != last || uint64(len(p.Payload)) != n {
+		q.stats.Dropped++
+		return
+	}
+	scatter(w.segs, off, p.Payload)
+	r.una = wire.PSNAdd(psn, 1)
+	if last {
+		r.rdOut--
+	}
+	if psn == w.lastPSN() {
+		q.completeSend(w)
+	}
+	q.progress()
+}
+
+func (q *QP) handleAtomicAck(p *wire.Packet) {
+	r := &q.req
+	psn := p.BTH.PSN
+	if wire.PSNBefore(psn, r.una) {
+		q.stats.Duplicates++
+		return
+	}
+	if psn != r.una {
+		q.stats.OutOfSequence++
+		if !(r.rewound && r.rewindPSN == r.una) {
+			q.rewind(r.una)
+			q.dev.queueKick(q)
+		}
+		return
+	}
+	if q.sqTail == q.sqStarted {
+		q.stats.Dropped++
+		return
+	}
+	w := &q.sq[q.sqTail%uint64(len(q.sq))]
+	if (w.op != WRAtomicCmpSwap && w.op != WRAtomicFetch) || w.firstPSN != psn {
+		q.stats.Dropped++
+		return
+	}
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
+	scatter(w.segs, 0, v[:])
+	r.una = wire.PSNAdd(psn, 1)
+	r.rdOut--
+	q.completeSend(w)
+	q.progress()
+}

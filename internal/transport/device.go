@@ -1,0 +1,438 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/ptab"
+	"github.com/softrnic/softrnic/internal/tpt"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// Config configures a device engine.
+type Config struct {
+	// Local is the device's IP address and UDP port (port 0: ephemeral).
+	Local netip.AddrPort
+	// Faults and FaultFilter are applied to outgoing datagrams (see netio).
+	Faults      netio.Faults
+	FaultFilter netio.FilterFunc
+	// SocketBuffer, DisableGSO and DisableGRO tune the socket (see netio.Config).
+	SocketBuffer           int
+	DisableGSO, DisableGRO bool
+	// MaxQP and MaxMR bound the number of queue pairs and memory regions.
+	MaxQP, MaxMR int
+	// Window is the most unacknowledged PSNs a QP's requester keeps in flight (default
+	// 128).
+	Window int
+	// AckReqEvery sets AckReq on every n-th packet of a long message besides its last
+	// (default 64).
+	AckReqEvery int
+	// ReadChunk is the most response packets one RDMA READ request asks for; longer READ
+	// work requests are sent as several requests (default 64).
+	ReadChunk int
+	// RecvBatch is the number of datagrams per recvmmsg (default 32).
+	RecvBatch int
+}
+
+// Device is one software RNIC: a UDP socket, its QPs, memory regions and timers.
+type Device struct {
+	cfg   Config
+	conn  *netio.Conn
+	local netip.AddrPort
+	v4    bool
+	epoch time.Time
+
+	mrs *tpt.Table
+
+	qpMu    sync.Mutex
+	qps     ptab.Table[QP]
+	qpSet   map[*QP]struct{}
+	nextQPN uint32
+	qpCount int
+	retired Stats // counters of destroyed QPs
+
+	// Receive path state, owned by whoever holds rxMu (the receive goroutine, or a
+	// polling consumer driving progress).
+	rxMu     sync.Mutex
+	rxBatch  *netio.RecvBatch
+	rxOut    *netio.SendBatch
+	ackList  []*QP
+	kickList []*QP
+	respList []*QP
+	owned    []*QP
+	rx       rxStats
+
+	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
+
+	batches sync.Pool // *netio.SendBatch for transmit from other goroutines
+
+	timers timerQueue
+
+	// OnEvent receives asynchronous events. It is called with engine locks held and must
+	// only queue the event.
+	OnEvent func(Event)
+
+	closed atomic.Bool
+	wg     sync.WaitGroup
+}
+
+type rxStats struct {
+	packets, bytes, icrc, malformed, unknownQP, pkey uint64
+}
+
+// Defaults.
+const (
+	DefaultWindow      = 128
+	DefaultAckReqEvery = 64
+	DefaultReadChunk   = 64
+	DefaultMaxQP       = 65536
+	DefaultMaxMR       = 1 << 20
+	outPkts            = 256
+	outIovs            = 2048
+	outArena           = outPkts * 96
+	outReserve         = 4 // packets kept free for ACKs/NAKs generated under a QP lock
+)
+
+// Open creates the device and starts its receive and timer goroutines.
+func Open(cfg Config) (*Device, error) {
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Window > 1<<22 {
+		return nil, errors.New("transport: window larger than 2^22 PSNs")
+	}
+	if cfg.AckReqEvery <= 0 {
+		cfg.AckReqEvery = DefaultAckReqEvery
+	}
+	if cfg.ReadChunk <= 0 {
+		cfg.ReadChunk = DefaultReadChunk
+	}
+	if cfg.ReadChunk > cfg.Window {
+		cfg.ReadChunk = cfg.Window
+	}
+	if cfg.MaxQP <= 0 {
+		cfg.MaxQP = DefaultMaxQP
+	}
+	if cfg.MaxMR <= 0 {
+		cfg.MaxMR = DefaultMaxMR
+	}
+	if cfg.RecvBatch <= 0 {
+		cfg.RecvBatch = 32
+	}
+	conn, err := netio.Listen(netio.Config{
+		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
+		DisableGRO: cfg.DisableGRO, Faults: cfg.Faults, FaultFilter: cfg.FaultFilter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{
+		cfg:     cfg,
+		conn:    conn,
+		local:   conn.LocalAddr(),
+		v4:      conn.LocalAddr().Addr().Is4(),
+		epoch:   time.Now(),
+		mrs:     tpt.New(cfg.MaxMR),
+		qpSet:   make(map[*QP]struct{}),
+		nextQPN: 2 + uint32(time.Now().UnixNano()&0xFFF), // QP0 and QP1 are reserved
+	}
+	d.rxBatch = conn.NewRecvBatch(cfg.RecvBatch, 4096+256)
+	d.rxOut = netio.NewSendBatch(outPkts, outIovs, outArena)
+	d.batches.New = func() any { return netio.NewSendBatch(outPkts, outIovs, outArena) }
+	d.timers.init(d)
+	d.wg.Add(2)
+	go d.rxLoop()
+	go d.timers.run()
+	return d, nil
+}
+
+// Close stops the device. QPs stop moving packets; it does not flush them.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.timers.stop()
+	err := d.conn.Close()
+	d.wg.Wait()
+	return err
+}
+
+// Closed reports whether Close was called.
+func (d *Device) Closed() bool { return d.closed.Load() }
+
+// LocalAddr returns the device's address and UDP port.
+func (d *Device) LocalAddr() netip.AddrPort { return d.local }
+
+// MRs returns the device's translation and protection table.
+func (d *Device) MRs() *tpt.Table { return d.mrs }
+
+// Config returns the effective configuration.
+func (d *Device) Config() Config { return d.cfg }
+
+// Conn returns the device's socket (for its counters).
+func (d *Device) Conn() *netio.Conn { return d.conn }
+
+// QPCount returns the number of QPs.
+func (d *Device) QPCount() int {
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	return d.qpCount
+}
+
+func (d *Device) now() int64 { return int64(time.Since(d.epoch)) }
+
+func (d *Device) raise(e Event) {
+	if h := d.OnEvent; h != nil {
+		h(e)
+	}
+}
+
+// lookupQP finds a live QP by number.
+func (d *Device) lookupQP(qpn uint32) *QP {
+	q := d.qps.Load(qpn)
+	if q == nil || q.qpn != qpn {
+		return nil
+	}
+	return q
+}
+
+// allocQPN assigns a free QP number, counting up through the 24-bit space so numbers are
+// not reused soon.
+func (d *Device) allocQPN(q *QP) error {
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	if d.qpCount >= d.cfg.MaxQP {
+		return fmt.Errorf("device has its maximum of %d QPs", d.cfg.MaxQP)
+	}
+	for {
+		n := d.nextQPN & wire.PSNMask
+		d.nextQPN = n + 1
+		if n < 2 {
+			continue
+		}
+		if d.qps.Load(n) == nil {
+			q.qpn = n
+			d.qps.Store(n, q)
+			d.qpSet[q] = struct{}{}
+			d.qpCount++
+			return nil
+		}
+	}
+}
+
+func (d *Device) freeQPN(q *QP) {
+	d.qpMu.Lock()
+	if d.qps.Load(q.qpn) == q {
+		d.qps.Store(q.qpn, nil)
+		delete(d.qpSet, q)
+		d.qpCount--
+	}
+	d.retired.add(&q.stats)
+	d.qpMu.Unlock()
+}
+
+// rxLoop is the device's receive goroutine: it sleeps in the runtime's network poller and
+// runs every arriving packet to completion.
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	_ = d.conn.Serve(d.rxReady)
+}
+
+// rxReady drains the socket. It returns true to stop serving (device closed).
+func (d *Device) rxReady() bool {
+	d.rxMu.Lock()
+	for i := 1; ; i++ {
+		if d.closed.Load() {
+			d.rxMu.Unlock()
+			return true
+		}
+		n, err := d.conn.Poll(d.rxBatch)
+		if err != nil {
+			d.rxMu.Unlock()
+			return errors.Is(err, netio.ErrClosed)
+		}
+		if n == 0 {
+			d.rxMu.Unlock()
+			return false
+		}
+		d.processBatch(n)
+		if i%8 == 0 {
+			// Let a polling consumer in now and then.
+			d.rxMu.Unlock()
+			runtime.Gosched()
+			d.rxMu.Lock()
+		}
+	}
+}
+
+// Progress receives and processes whatever is queued on the socket, in the caller's
+// goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
+// (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
+func (d *Device) Progress() {
+	if !d.rxMu.TryLock() {
+		return
+	}
+	if !d.closed.Load() {
+		if n, _ := d.conn.Poll(d.rxBatch); n > 0 {
+			d.processBatch(n)
+		}
+	}
+	d.rxMu.Unlock()
+}
+
+// processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
+// ACKs and responses they caused.
+func (d *Device) processBatch(n int) {
+	for i := 0; i < n; i++ {
+		data, seg, from := d.rxBatch.Datagram(i)
+		if seg == 0 {
+			d.input(data, from)
+			continue
+		}
+		for len(data) > 0 {
+			k := min(seg, len(data))
+			d.input(data[:k], from)
+			data = data[k:]
+		}
+	}
+	d.finishBatch()
+}
+
+// input handles one packet (rxMu held).
+func (d *Device) input(pkt []byte, from netip.AddrPort) {
+	d.rx.packets++
+	d.rx.bytes += uint64(len(pkt))
+	flow := wire.Flow{Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: d.v4}
+	if !flow.VerifyICRC(pkt) {
+		d.rx.icrc++
+		return
+	}
+	var p wire.Packet
+	if p.Decode(pkt) != nil {
+		d.rx.malformed++
+		return
+	}
+	if p.BTH.PKey != wire.DefaultPKey {
+		d.rx.pkey++
+		return
+	}
+	q := d.lookupQP(p.BTH.DestQP)
+	if q == nil {
+		d.rx.unknownQP++
+		return
+	}
+	if !d.rxOut.Room(outReserve, outReserve*96) {
+		d.flushOut()
+	}
+	q.input(&p, from, len(pkt))
+}
+
+// flushOut sends what the receive path has built (rxMu held, no QP lock).
+func (d *Device) flushOut() {
+	if d.rxOut.Len() > 0 {
+		_ = d.conn.Send(d.rxOut)
+	}
+}
+
+// finishBatch sends pending read responses, coalesced ACKs and requester packets that the
+// batch's ACKs released (rxMu held).
+func (d *Device) finishBatch() {
+	for len(d.respList) > 0 || len(d.ackList) > 0 || len(d.kickList) > 0 {
+		// Read and atomic responses first: they must precede ACKs of later requests.
+		for len(d.respList) > 0 {
+			list := d.respList
+			d.respList = nil
+			for _, q := range list {
+				q.mu.Lock()
+				q.resp.queued = false
+				if !q.pumpResponses(d.rxOut) {
+					d.queueResp(q)
+				}
+				q.mu.Unlock()
+			}
+			if len(d.respList) > 0 {
+				d.flushOut()
+			}
+		}
+		for _, q := range d.ackList {
+			q.mu.Lock()
+			q.resp.ackQueued = false
+			if q.resp.ackPending && !q.resp.pumping() {
+				if !d.rxOut.Room(2, 64) {
+					q.mu.Unlock()
+					d.flushOut()
+					q.mu.Lock()
+				}
+				q.sendAck(d.rxOut)
+			}
+			q.mu.Unlock()
+		}
+		d.ackList = d.ackList[:0]
+		d.runKicks()
+	}
+	d.flushOut()
+}
+
+// runKicks lets QPs whose window opened send more, from the receive path. A QP whose
+// transmit is owned by another goroutine is left to that goroutine.
+func (d *Device) runKicks() {
+	for len(d.kickList) > 0 {
+		list := d.kickList
+		d.kickList = nil
+		for _, q := range list {
+			q.mu.Lock()
+			q.kickQueued = false
+			if q.txOwner {
+				q.txPending = true
+			} else {
+				q.txOwner = true
+				q.txMore = q.fill(d.rxOut)
+				d.owned = append(d.owned, q)
+			}
+			q.mu.Unlock()
+		}
+		d.flushOut()
+		for _, q := range d.owned {
+			q.mu.Lock()
+			q.txOwner = false
+			if q.txPending || q.txMore {
+				q.txPending, q.txMore = false, false
+				d.queueKick(q)
+			}
+			q.mu.Unlock()
+		}
+		clear(d.owned)
+		d.owned = d.owned[:0]
+	}
+}
+
+// queueKick asks the receive path to run q's requester at the end of the batch (rxMu held).
+func (d *Device) queueKick(q *QP) {
+	if !q.kickQueued {
+		q.kickQueued = true
+		d.kickList = append(d.kickList, q)
+	}
+}
+
+func (d *Device) queueAck(q *QP) {
+	if !q.resp.ackQueued {
+		q.resp.ackQueued = true
+		d.ackList = append(d.ackList, q)
+	}
+}
+
+func (d *Device) queueResp(q *QP) {
+	if !q.resp.queued {
+		q.resp.queued = true
+		d.respList = append(d.respList, q)
+	}
+}
+
+func (d *Device) getBatch() *netio.SendBatch  { return d.batches.Get().(*netio.SendBatch) }
+func (d *Device) putBatch(b *netio.SendBatch) { d.batches.Put(b) }

@@ -1,0 +1,686 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/tpt"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// MaxMessage is the largest message (sum of a work request's scatter/gather list), 2^31
+// bytes as in InfiniBand.
+const MaxMessage = 1 << 31
+
+// QPConfig holds what a QP is created with.
+type QPConfig struct {
+	PD             uint32
+	SendCQ, RecvCQ *CQ
+	SRQ            *RecvQueue // nil: the QP gets its own receive queue
+	MaxSendWR      int
+	MaxRecvWR      int
+	MaxSendSGE     int
+	MaxRecvSGE     int
+	MaxInline      int
+	SigAll         bool
+}
+
+// sendWQE is a posted send work request plus the transport's bookkeeping for it.
+type sendWQE struct {
+	wrID       uint64
+	raddr      uint64
+	compareAdd uint64
+	swap       uint64
+	segs       [][]byte // resolved local memory (or the inline copy)
+	inline     []byte
+	length     uint32
+	rkey       uint32
+	imm        uint32
+	verr       uint32 // local error found at post time, reported when the WQE is reached
+	firstPSN   uint32
+	npkts      uint32
+	op         uint8
+	flags      uint8
+	signaled   bool
+}
+
+func (w *sendWQE) isReadOrAtomic() bool {
+	return w.op == WRRead || w.op == WRAtomicCmpSwap || w.op == WRAtomicFetch
+}
+
+func (w *sendWQE) lastPSN() uint32 { return wire.PSNAdd(w.firstPSN, w.npkts-1) }
+
+// QP is a reliable-connected queue pair.
+type QP struct {
+	dev        *Device
+	qpn        uint32
+	pd         uint32
+	sendCQ     *CQ
+	recvCQ     *CQ
+	rq         *RecvQueue
+	srq        bool
+	sigAll     bool
+	maxSendSGE int
+	maxInline  int
+
+	// Owner is the verbs object wrapping this QP.
+	Owner any
+
+	mu        sync.Mutex
+	state     QPState
+	destroyed bool
+	attr      Attr // as last set (for QueryQP)
+	mtu       uint32
+	peer      netio.Addr
+	txFlow    wire.Flow
+	sqdNotify bool
+
+	sq        []sendWQE
+	sqHead    uint64 // next slot to post
+	sqCur     uint64 // WQE being (re)sent
+	sqStarted uint64 // WQEs before this one have PSNs assigned
+	sqTail    uint64 // oldest WQE not yet completed
+
+	req   requester
+	resp  responder
+	stats Stats
+
+	txOwner    bool // a goroutine is building/sending this QP's requests
+	txPending  bool // more requester work arrived while another goroutine owned transmit
+	txMore     bool // the receive path's last fill stopped on a full batch
+	kickQueued bool // on the receive path's kick list
+	commEst    bool
+
+	timerAt  int64 // deadline the timer heap holds for this QP (0: none)
+	timerIdx int
+}
+
+// CreateQP creates a QP in the RESET state.
+func (d *Device) CreateQP(c QPConfig) (*QP, error) {
+	if c.SendCQ == nil || c.RecvCQ == nil {
+		return nil, errors.New("QP needs a send CQ and a receive CQ")
+	}
+	if c.MaxSendWR < 1 {
+		c.MaxSendWR = 1
+	}
+	q := &QP{
+		dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
+		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1,
+	}
+	q.sq = make([]sendWQE, c.MaxSendWR)
+	for i := range q.sq {
+		q.sq[i].segs = make([][]byte, 0, max(c.MaxSendSGE, 1))
+		if c.MaxInline > 0 {
+			q.sq[i].inline = make([]byte, 0, c.MaxInline)
+		}
+	}
+	if c.SRQ != nil {
+		q.rq, q.srq = c.SRQ, true
+	} else {
+		q.rq = d.NewRecvQueue(c.PD, max(c.MaxRecvWR, 1), c.MaxRecvSGE, false)
+	}
+	q.resp.init()
+	if err := d.allocQPN(q); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// State returns the current state.
+func (q *QP) State() QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+// Device returns the device the QP belongs to.
+func (q *QP) Device() *Device { return q.dev }
+
+// Destroy removes the QP. Outstanding work is dropped without completions, as
+// ibv_destroy_qp does.
+func (q *QP) Destroy() {
+	q.mu.Lock()
+	q.destroyed = true
+	q.state = StateReset
+	q.mu.Unlock()
+	q.dev.timers.cancel(q)
+	q.dev.freeQPN(q)
+}
+
+// Attribute mask bits (ibv_qp_attr_mask values).
+const (
+	MaskState           uint32 = 1 << 0
+	MaskCurState        uint32 = 1 << 1
+	MaskEnSQDAsyncNotif uint32 = 1 << 2
+	MaskAccessFlags     uint32 = 1 << 3
+	MaskPKeyIndex       uint32 = 1 << 4
+	MaskPort            uint32 = 1 << 5
+	MaskQKey            uint32 = 1 << 6
+	MaskAV              uint32 = 1 << 7
+	MaskPathMTU         uint32 = 1 << 8
+	MaskTimeout         uint32 = 1 << 9
+	MaskRetryCnt        uint32 = 1 << 10
+	MaskRNRRetry        uint32 = 1 << 11
+	MaskRQPSN           uint32 = 1 << 12
+	MaskMaxQPRdAtomic   uint32 = 1 << 13
+	MaskAltPath         uint32 = 1 << 14
+	MaskMinRNRTimer     uint32 = 1 << 15
+	MaskSQPSN           uint32 = 1 << 16
+	MaskMaxDestRdAtomic uint32 = 1 << 17
+	MaskPathMigState    uint32 = 1 << 18
+	MaskCap             uint32 = 1 << 19
+	MaskDestQPN         uint32 = 1 << 20
+	maskAll             uint32 = 1<<21 - 1
+)
+
+var maskNames = [...]string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX",
+	"PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN",
+	"MAX_QP_RD_ATOMIC", "ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC",
+	"PATH_MIG_STATE", "CAP", "DEST_QPN"}
+
+// MaskString names the bits of an attribute mask, e.g. "AV|PATH_MTU".
+func MaskString(m uint32) string {
+	var s []string
+	for i, n := range maskNames {
+		if m&(1<<i) != 0 {
+			s = append(s, n)
+		}
+	}
+	if m&^maskAll != 0 {
+		s = append(s, fmt.Sprintf("%#x", m&^maskAll))
+	}
+	return strings.Join(s, "|")
+}
+
+// Attr are QP attributes (ibv_qp_attr fields that apply to RC).
+type Attr struct {
+	State           QPState
+	CurState        QPState
+	PathMTU         uint8 // wire.MTU256..MTU4096
+	DestQPN         uint32
+	RQPSN, SQPSN    uint32
+	MaxRdAtomic     uint8 // initiator depth
+	MaxDestRdAtomic uint8 // responder resources
+	MinRNRTimer     uint8
+	Timeout         uint8
+	RetryCnt        uint8
+	RNRRetry        uint8
+	Access          tpt.Access
+	PKeyIndex       uint16
+	Port            uint8
+	SQDNotify       bool
+	Peer            netip.AddrPort // from the address vector: peer IP and UDP port
+}
+
+type transition struct{ req, opt uint32 }
+
+// transitions is the RC column of the IBTA/ibv_modify_qp state table: which attributes
+// each transition requires and which it allows.
+var transitions = func() map[[2]QPState]transition {
+	t := map[[2]QPState]transition{}
+	for s := StateReset; s <= StateErr; s++ {
+		t[[2]QPState{s, StateReset}] = transition{}
+		t[[2]QPState{s, StateErr}] = transition{}
+	}
+	t[[2]QPState{StateReset, StateInit}] = transition{req: MaskPKeyIndex | MaskPort | MaskAccessFlags}
+	t[[2]QPState{StateInit, StateInit}] = transition{opt: MaskPKeyIndex | MaskPort | MaskAccessFlags}
+	t[[2]QPState{StateInit, StateRTR}] = transition{
+		req: MaskAV | MaskPathMTU | MaskDestQPN | MaskRQPSN | MaskMaxDestRdAtomic | MaskMinRNRTimer,
+		opt: MaskAltPath | MaskAccessFlags | MaskPKeyIndex}
+	t[[2]QPState{StateRTR, StateRTS}] = transition{
+		req: MaskTimeout | MaskRetryCnt | MaskRNRRetry | MaskSQPSN | MaskMaxQPRdAtomic,
+		opt: MaskCurState | MaskAltPath | MaskAccessFlags | MaskMinRNRTimer | MaskPathMigState}
+	t[[2]QPState{StateRTS, StateRTS}] = transition{
+		opt: MaskCurState | MaskAccessFlags | MaskAltPath | MaskPathMigState | MaskMinRNRTimer}
+	t[[2]QPState{StateRTS, StateSQD}] = transition{opt: MaskEnSQDAsyncNotif}
+	t[[2]QPState{StateSQD, StateRTS}] = transition{
+		opt: MaskCurState | MaskAltPath | MaskAccessFlags | MaskMinRNRTimer | MaskPathMigState}
+	t[[2]QPState{StateSQD, StateSQD}] = transition{
+		opt: MaskPKeyIndex | MaskPort | MaskAV | MaskAccessFlags | MaskTimeout | MaskRetryCnt |
+			MaskRNRRetry | MaskMaxQPRdAtomic | MaskMaxDestRdAtomic | MaskAltPath | MaskMinRNRTimer |
+			MaskPathMigState}
+	t[[2]QPState{StateSQE, StateRTS}] = transition{opt: MaskCurState}
+	return t
+}()
+
+// Limits the engine enforces on attribute values.
+type Limits struct {
+	MaxRdAtomic     int
+	MaxDestRdAtomic int
+}
+
+// Modify applies attrs selected by mask and performs the state transition, with
+// ibv_modify_qp's rules. On error nothing changes.
+func (q *QP) Modify(a *Attr, mask uint32, lim Limits) error {
+	q.mu.Lock()
+	cur := q.state
+	err := q.modifyLocked(a, mask, lim)
+	if err == nil && cur == StateSQD && q.state == StateRTS {
+		q.pushTx() // resume what the drain held back; releases q.mu
+		return nil
+	}
+	q.mu.Unlock()
+	return err
+}
+
+func (q *QP) modifyLocked(a *Attr, mask uint32, lim Limits) error {
+	if q.destroyed {
+		return errors.New("QP was destroyed")
+	}
+	cur := q.state
+	if mask&MaskCurState != 0 && a.CurState != cur {
+		return fmt.Errorf("cur_state %v does not match the QP's state %v", a.CurState, cur)
+	}
+	next := cur
+	if mask&MaskState != 0 {
+		next = a.State
+	}
+	if next > StateErr {
+		return fmt.Errorf("invalid QP state %d", next)
+	}
+	tr, ok := transitions[[2]QPState{cur, next}]
+	if !ok {
+		return fmt.Errorf("transition %v -> %v is not allowed for an RC QP", cur, next)
+	}
+	if missing := tr.req &^ mask; missing != 0 {
+		return fmt.Errorf("transition %v -> %v requires %s", cur, next, MaskString(missing))
+	}
+	if extra := mask &^ (tr.req | tr.opt | MaskState | MaskCurState); extra != 0 {
+		return fmt.Errorf("transition %v -> %v does not take %s", cur, next, MaskString(extra))
+	}
+	var peer netio.Addr
+	if err := q.checkAttr(a, mask, lim, &peer); err != nil {
+		return err
+	}
+	q.apply(a, mask, peer)
+	q.setState(next)
+	return nil
+}
+
+func (q *QP) checkAttr(a *Attr, mask uint32, lim Limits, peer *netio.Addr) error {
+	if mask&MaskPathMTU != 0 && wire.MTUBytes(a.PathMTU) == 0 {
+		return fmt.Errorf("path_mtu %d is not an MTU enum value (1=256 .. 5=4096)", a.PathMTU)
+	}
+	if mask&MaskDestQPN != 0 && a.DestQPN > wire.PSNMask {
+		return fmt.Errorf("dest_qp_num %#x does not fit 24 bits", a.DestQPN)
+	}
+	if mask&MaskRQPSN != 0 && a.RQPSN > wire.PSNMask {
+		return fmt.Errorf("rq_psn %#x does not fit 24 bits", a.RQPSN)
+	}
+	if mask&MaskSQPSN != 0 && a.SQPSN > wire.PSNMask {
+		return fmt.Errorf("sq_psn %#x does not fit 24 bits", a.SQPSN)
+	}
+	if mask&MaskTimeout != 0 && a.Timeout > 31 {
+		return fmt.Errorf("timeout %d is out of range 0..31", a.Timeout)
+	}
+	if mask&MaskRetryCnt != 0 && a.RetryCnt > 7 {
+		return fmt.Errorf("retry_cnt %d is out of range 0..7", a.RetryCnt)
+	}
+	if mask&MaskRNRRetry != 0 && a.RNRRetry > 7 {
+		return fmt.Errorf("rnr_retry %d is out of range 0..7", a.RNRRetry)
+	}
+	if mask&MaskMinRNRTimer != 0 && a.MinRNRTimer > 31 {
+		return fmt.Errorf("min_rnr_timer %d is out of range 0..31", a.MinRNRTimer)
+	}
+	if mask&MaskMaxQPRdAtomic != 0 && int(a.MaxRdAtomic) > lim.MaxRdAtomic {
+		return fmt.Errorf("max_rd_atomic %d exceeds the device's max_qp_init_rd_atom %d", a.MaxRdAtomic, lim.MaxRdAtomic)
+	}
+	if mask&MaskMaxDestRdAtomic != 0 && int(a.MaxDestRdAtomic) > lim.MaxDestRdAtomic {
+		return fmt.Errorf("max_dest_rd_atomic %d exceeds the device's max_qp_rd_atom %d", a.MaxDestRdAtomic, lim.MaxDestRdAtomic)
+	}
+	if mask&MaskAccessFlags != 0 && a.Access&^(tpt.LocalWrite|tpt.RemoteWrite|tpt.RemoteRead|tpt.RemoteAtomic) != 0 {
+		return fmt.Errorf("qp_access_flags %#x has unknown bits", uint32(a.Access))
+	}
+	if mask&MaskPort != 0 && a.Port != 1 {
+		return fmt.Errorf("port_num %d: the device has one port, number 1", a.Port)
+	}
+	if mask&MaskPKeyIndex != 0 && a.PKeyIndex != 0 {
+		return fmt.Errorf("pkey_index %d: the device has one P_Key, at index 0", a.PKeyIndex)
+	}
+	if mask&MaskAV != 0 {
+		if !a.Peer.Addr().IsValid() || a.Peer.Port() == 0 {
+			return fmt.Errorf("address vector has no destination (%v)", a.Peer)
+		}
+		p, err := q.dev.conn.MakeAddr(a.Peer)
+		if err != nil {
+			return err
+		}
+		*peer = p
+	}
+	return nil
+}
+
+func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
+	at := &q.attr
+	if mask&MaskAccessFlags != 0 {
+		at.Access = a.Access
+	}
+	if mask&MaskPKeyIndex != 0 {
+		at.PKeyIndex = a.PKeyIndex
+	}
+	if mask&MaskPort != 0 {
+		at.Port = a.Port
+	}
+	if mask&MaskAV != 0 {
+		at.Peer = peer.AP
+		q.peer = peer
+		local := q.dev.local
+		q.txFlow = wire.Flow{Src: local.Addr(), Dst: peer.AP.Addr(), SrcPort: local.Port(), DstPort: peer.AP.Port(), DF: q.dev.v4}
+	}
+	if mask&MaskPathMTU != 0 {
+		at.PathMTU = a.PathMTU
+		q.mtu = uint32(wire.MTUBytes(a.PathMTU))
+	}
+	if mask&MaskDestQPN != 0 {
+		at.DestQPN = a.DestQPN
+	}
+	if mask&MaskRQPSN != 0 {
+		at.RQPSN = a.RQPSN
+		q.resp.epsn = a.RQPSN
+	}
+	if mask&MaskSQPSN != 0 {
+		at.SQPSN = a.SQPSN
+		q.req.resetPSN(a.SQPSN)
+	}
+	if mask&MaskMaxDestRdAtomic != 0 {
+		at.MaxDestRdAtomic = a.MaxDestRdAtomic
+		q.resp.setResources(int(a.MaxDestRdAtomic))
+	}
+	if mask&MaskMaxQPRdAtomic != 0 {
+		at.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if mask&MaskMinRNRTimer != 0 {
+		at.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&MaskTimeout != 0 {
+		at.Timeout = a.Timeout
+	}
+	if mask&MaskRetryCnt != 0 {
+		at.RetryCnt = a.RetryCnt
+		q.req.retryLeft = a.RetryCnt
+	}
+	if mask&MaskRNRRetry != 0 {
+		at.RNRRetry = a.RNRRetry
+		q.req.rnrLeft = a.RNRRetry
+	}
+	if mask&MaskEnSQDAsyncNotif != 0 {
+		q.sqdNotify = a.SQDNotify
+	}
+}
+
+// setState enters a new state and does what entering it means.
+func (q *QP) setState(s QPState) {
+	old := q.state
+	q.state = s
+	q.attr.State = s
+	switch s {
+	case StateReset:
+		q.resetQueues()
+	case StateErr:
+		if old != StateErr {
+			q.flush(StatusWRFlushErr, 0)
+		}
+	case StateSQD:
+		q.checkDrained()
+	}
+}
+
+// Query returns the QP's attributes.
+func (q *QP) Query() Attr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.attr
+	a.State, a.CurState = q.state, q.state
+	return a
+}
+
+// resetQueues empties both queues without completions and resets transport state.
+func (q *QP) resetQueues() {
+	for i := q.sqTail; i != q.sqHead; i++ {
+		clear(q.sq[i%uint64(len(q.sq))].segs)
+	}
+	q.sqHead, q.sqCur, q.sqStarted, q.sqTail = 0, 0, 0, 0
+	if !q.srq {
+		q.rq.reset()
+	}
+	q.req = requester{}
+	q.resp.reset()
+	q.commEst = false
+	q.attr = Attr{}
+	q.mtu = 0
+}
+
+// errorState moves the QP to ERR because of a failure: the WQE at the tail (if the
+// failure is the requester's) completes with status, the rest flush.
+func (q *QP) errorState(status uint8, verr uint32) {
+	if q.state == StateErr {
+		return
+	}
+	q.state = StateErr
+	q.attr.State = StateErr
+	q.flush(status, verr)
+}
+
+// flush completes every outstanding send WQE (the first with status, if it is not
+// WR_FLUSH_ERR) and every receive WQE with WR_FLUSH_ERR.
+func (q *QP) flush(first uint8, verr uint32) {
+	st := first
+	for ; q.sqTail != q.sqHead; q.sqTail++ {
+		w := &q.sq[q.sqTail%uint64(len(q.sq))]
+		q.sendCQ.push(&CQE{WRID: w.wrID, QPN: q.qpn, Status: st, Opcode: wcOpcode(w.op), VendorErr: verr})
+		clear(w.segs)
+		st, verr = StatusWRFlushErr, 0
+	}
+	q.sqCur, q.sqStarted = q.sqHead, q.sqHead
+	q.req.rdOut = 0
+	q.resp.abortMessage(q)
+	if !q.srq {
+		q.rq.flush(q.recvCQ, q.qpn)
+	} else {
+		q.dev.raise(Event{Type: EventQPLastWQE, QP: q, Detail: "QP on an SRQ entered the error state"})
+	}
+	q.dev.timers.cancel(q)
+}
+
+func wcOpcode(op uint8) uint8 {
+	switch op {
+	case WRWrite, WRWriteImm:
+		return WCWrite
+	case WRRead:
+		return WCRead
+	case WRAtomicCmpSwap:
+		return WCCompSwap
+	case WRAtomicFetch:
+		return WCFetchAdd
+	}
+	return WCSend
+}
+
+// Errors of PostSend and PostRecv.
+var (
+	ErrQPState = errors.New("QP state does not allow posting")
+	ErrSQFull  = errors.New("send queue full")
+)
+
+// PostSend posts work requests in order. It returns how many were posted and, if not all,
+// why the next one was refused.
+func (q *QP) PostSend(wrs []SendWR) (int, error) {
+	q.mu.Lock()
+	switch q.state {
+	case StateRTS, StateSQD, StateErr:
+	default:
+		st := q.state
+		q.mu.Unlock()
+		return 0, fmt.Errorf("%w: PostSend in state %v (needs RTS)", ErrQPState, st)
+	}
+	for i := range wrs {
+		if err := q.postOne(&wrs[i]); err != nil {
+			q.finishPost(i)
+			return i, err
+		}
+	}
+	q.finishPost(len(wrs))
+	return len(wrs), nil
+}
+
+// finishPost starts transmission of what was posted (or flushes it in ERR); it releases
+// q.mu.
+func (q *QP) finishPost(n int) {
+	if n == 0 {
+		q.mu.Unlock()
+		return
+	}
+	if q.state == StateErr {
+		q.flush(StatusWRFlushErr, 0)
+		q.mu.Unlock()
+		return
+	}
+	q.pushTx()
+}
+
+func (q *QP) postOne(wr *SendWR) error {
+	if q.sqHead-q.sqTail == uint64(len(q.sq)) {
+		return ErrSQFull
+	}
+	if len(wr.SG) > q.maxSendSGE {
+		return fmt.Errorf("%d SGEs exceed the QP's max_send_sge %d", len(wr.SG), q.maxSendSGE)
+	}
+	w := &q.sq[q.sqHead%uint64(len(q.sq))]
+	w.segs = w.segs[:0]
+	w.verr = 0
+	var total uint64
+	inline := wr.Flags&FlagInline != 0
+	switch wr.Opcode {
+	case WRSend, WRSendImm, WRWrite, WRWriteImm:
+	case WRRead:
+		if inline {
+			return errors.New("INLINE is not valid for RDMA_READ")
+		}
+	case WRAtomicCmpSwap, WRAtomicFetch:
+		if inline {
+			return errors.New("INLINE is not valid for atomics")
+		}
+		if len(wr.SG) != 1 || wr.SG[0].Length != 8 {
+			return errors.New("an atomic work request needs exactly one 8-byte SGE")
+		}
+	default:
+		return fmt.Errorf("opcode %d is not supported on an RC QP", wr.Opcode)
+	}
+	if inline {
+		w.inline = w.inline[:0]
+		for _, s := range wr.SG {
+			total += uint64(s.Length)
+		}
+		if total > uint64(q.maxInline) {
+			return fmt.Errorf("inline data of %d bytes exceeds the QP's max_inline_data %d", total, q.maxInline)
+		}
+		for _, s := range wr.SG {
+			b, st := q.dev.mrs.Lookup(s.LKey).Check(q.pd, s.Addr, uint64(s.Length), tpt.LocalRead)
+			if st != tpt.OK {
+				// Inline data may come from unregistered memory in libibverbs; here all
+				// memory is reached through registrations, so an unknown key is an error.
+				return fmt.Errorf("inline SGE lkey %#x: %v", s.LKey, st)
+			}
+			w.inline = append(w.inline, b...)
+		}
+		if len(w.inline) > 0 {
+			w.segs = append(w.segs, w.inline)
+		}
+	} else {
+		need := tpt.LocalRead
+		if wr.Opcode == WRRead || wr.Opcode >= WRAtomicCmpSwap {
+			need = tpt.LocalWrite
+		}
+		for _, s := range wr.SG {
+			total += uint64(s.Length)
+			b, st := q.dev.mrs.Check(s.LKey, q.pd, s.Addr, uint64(s.Length), need)
+			if st != tpt.OK {
+				if w.verr == 0 {
+					w.verr = localVendorErr(st)
+				}
+				continue
+			}
+			if len(b) > 0 {
+				w.segs = append(w.segs, b)
+			}
+		}
+	}
+	if total > MaxMessage {
+		clear(w.segs)
+		return fmt.Errorf("message of %d bytes exceeds the maximum of 2^31", total)
+	}
+	w.wrID = wr.WRID
+	w.op = wr.Opcode
+	w.flags = wr.Flags
+	w.signaled = q.sigAll || wr.Flags&FlagSignaled != 0
+	w.imm = wr.Imm
+	w.raddr = wr.RemoteAddr
+	w.rkey = wr.RKey
+	w.compareAdd = wr.CompareAdd
+	w.swap = wr.Swap
+	w.length = uint32(total)
+	q.sqHead++
+	return nil
+}
+
+// PostRecv posts receive work requests to the QP's own receive queue.
+func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
+	if q.srq {
+		return 0, errors.New("QP uses a shared receive queue; post to the SRQ")
+	}
+	q.mu.Lock()
+	st := q.state
+	q.mu.Unlock()
+	if st == StateReset {
+		return 0, fmt.Errorf("%w: PostRecv in state RESET", ErrQPState)
+	}
+	for i := range wrs {
+		if err := q.rq.post(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	if st == StateErr {
+		q.mu.Lock()
+		if q.state == StateErr {
+			q.rq.flush(q.recvCQ, q.qpn)
+		}
+		q.mu.Unlock()
+	}
+	return len(wrs), nil
+}
+
+// pushTx builds and sends the QP's pending requests in the calling goroutine, unless
+// another goroutine owns transmission (which then picks the work up). Called with q.mu
+// held; returns with it released. The lock is never held across the send system call.
+func (q *QP) pushTx() {
+	if q.txOwner {
+		q.txPending = true
+		q.mu.Unlock()
+		return
+	}
+	q.txOwner = true
+	d := q.dev
+	b := d.getBatch()
+	for {
+		q.txPending = false
+		full := q.fill(b)
+		q.mu.Unlock()
+		if b.Len() > 0 {
+			_ = d.conn.Send(b)
+		}
+		q.mu.Lock()
+		if !full && !q.txPending {
+			break
+		}
+	}
+	q.txOwner = false
+	q.mu.Unlock()
+	d.putBatch(b)
+}

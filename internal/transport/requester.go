@@ -1,0 +1,352 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// requester is the send side of a QP: it turns send WQEs into request packets, keeps the
+// PSN window and retransmits (go-back-N in ordered mode).
+type requester struct {
+	nextPSN     uint32 // first PSN of the next WQE to start
+	curPSN      uint32 // next PSN to (re)send within WQE sqCur
+	una         uint32 // oldest unacknowledged PSN
+	highPSN     uint32 // one past the highest PSN ever sent
+	rdOut       int    // read and atomic requests outstanding
+	retryLeft   uint8
+	rnrLeft     uint8
+	rnrWait     bool
+	rnrUntil    int64
+	rnrPSN      uint32
+	rtoAt       int64 // local ACK timeout deadline; 0: not armed
+	sinceAckReq int
+	rewound     bool   // already went back to rewindPSN and is waiting for progress
+	rewindPSN   uint32 // PSN of the last go-back
+	lastNakPSN  uint32
+	nakRepeat   bool
+}
+
+func (r *requester) resetPSN(psn uint32) {
+	r.nextPSN, r.curPSN, r.una, r.highPSN = psn, psn, psn, psn
+}
+
+// outstanding reports whether sent PSNs await acknowledgement.
+func (r *requester) outstanding() bool { return r.una != r.highPSN }
+
+// maxPieces bounds the payload pieces of one packet (one per SGE).
+const maxPieces = 32
+
+// pktsFor returns how many PSNs a WQE uses.
+func (q *QP) pktsFor(w *sendWQE) uint32 {
+	switch w.op {
+	case WRAtomicCmpSwap, WRAtomicFetch:
+		return 1
+	}
+	n := (w.length + q.mtu - 1) / q.mtu
+	if n == 0 {
+		n = 1
+	}
+	return n
+}
+
+// fill builds request packets into b until the window, the queue or b is exhausted. It
+// returns true when it stopped because b is full.
+func (q *QP) fill(b *netio.SendBatch) bool {
+	if q.state != StateRTS && q.state != StateSQD {
+		return false
+	}
+	r := &q.req
+	if r.rnrWait {
+		return false
+	}
+	defer q.armRTO()
+	window := int32(q.dev.cfg.Window)
+	size := uint64(len(q.sq))
+	for q.sqCur != q.sqHead {
+		w := &q.sq[q.sqCur%size]
+		if q.sqCur == q.sqStarted {
+			if q.state == StateSQD {
+				return false
+			}
+			if w.verr != 0 || (w.isReadOrAtomic() && q.attr.MaxRdAtomic == 0) {
+				// Everything before it completes first; then it fails and the QP errors.
+				if q.sqTail == q.sqCur {
+					if w.verr != 0 {
+						q.errorState(StatusLocProtErr, w.verr)
+					} else {
+						q.errorState(StatusLocQPOpErr, VendorNone)
+					}
+				}
+				return false
+			}
+			if w.flags&FlagFence != 0 && r.rdOut > 0 {
+				return false
+			}
+			if w.isReadOrAtomic() && r.rdOut >= int(q.attr.MaxRdAtomic) {
+				return false
+			}
+			if wire.PSNDiff(r.nextPSN, r.una) >= window {
+				return false
+			}
+			w.firstPSN = r.nextPSN
+			w.npkts = q.pktsFor(w)
+			r.nextPSN = wire.PSNAdd(r.nextPSN, w.npkts)
+			r.curPSN = w.firstPSN
+			q.sqStarted++
+		}
+		end := r.curPSN // last PSN the next packet covers
+		if w.op == WRRead {
+			end = q.readChunkEnd(w, r.curPSN)
+		}
+		if wire.PSNDiff(end, r.una) >= window {
+			return false
+		}
+		fresh := !wire.PSNBefore(r.curPSN, r.highPSN)
+		if fresh && w.isReadOrAtomic() && q.chunkStart(w, r.curPSN) {
+			if r.rdOut >= int(q.attr.MaxRdAtomic) {
+				return false
+			}
+			r.rdOut++
+		}
+		if !b.Room(maxPieces+2, wire.MaxHeaderLen+16) {
+			return true
+		}
+		q.buildRequest(b, w, end)
+		if fresh {
+			r.highPSN = r.curPSN
+		} else {
+			q.stats.Retransmits++
+		}
+		if r.curPSN == wire.PSNAdd(w.lastPSN(), 1) {
+			q.sqCur++
+			if q.sqCur != q.sqStarted {
+				r.curPSN = q.sq[q.sqCur%size].firstPSN
+			}
+		}
+	}
+	return false
+}
+
+// readChunkEnd returns the last PSN of the READ request that starts at psn.
+func (q *QP) readChunkEnd(w *sendWQE, psn uint32) uint32 {
+	c := uint32(q.dev.cfg.ReadChunk)
+	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
+	end := (idx/c+1)*c - 1
+	if end >= w.npkts {
+		end = w.npkts - 1
+	}
+	return wire.PSNAdd(w.firstPSN, end)
+}
+
+// chunkStart reports whether psn begins one of w's READ requests (always true for atomics).
+func (q *QP) chunkStart(w *sendWQE, psn uint32) bool {
+	if w.op != WRRead {
+		return true
+	}
+	return uint32(wire.PSNDiff(psn, w.firstPSN))%uint32(q.dev.cfg.ReadChunk) == 0
+}
+
+// buildRequest emits the request packet for w at r.curPSN (a READ request covers up to
+// end) and advances r.curPSN.
+func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, end uint32) {
+	r := &q.req
+	psn := r.curPSN
+	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
+	off := uint64(idx) * uint64(q.mtu)
+	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
+	var pieces [maxPieces][]byte
+	var pay [][]byte
+	payLen := 0
+	var hdr []byte
+	switch w.op {
+	case WRSend, WRSendImm, WRWrite, WRWriteImm:
+		n := min(uint64(q.mtu), uint64(w.length)-off)
+		first, last := idx == 0, psn == w.lastPSN()
+		bth.Opcode = requestOpcode(w.op, first, last)
+		info := bth.Opcode.Info()
+		hdr = b.Alloc(info.HdrLen)
+		o := wire.BTHLen
+		if info.Flags&wire.HasRETH != 0 {
+			reth := wire.RETH{VA: w.raddr, RKey: w.rkey, DMALen: w.length}
+			reth.Put(hdr[o:])
+			o += wire.RETHLen
+		}
+		if info.Flags&wire.HasImmDt != 0 {
+			binary.BigEndian.PutUint32(hdr[o:], w.imm)
+		}
+		bth.SE = last && w.flags&FlagSolicited != 0 && w.op != WRWrite
+		r.sinceAckReq++
+		if last || r.sinceAckReq >= q.dev.cfg.AckReqEvery {
+			bth.AckReq = true
+			r.sinceAckReq = 0
+		}
+		pay = gather(w.segs, off, int(n), pieces[:0])
+		payLen = int(n)
+		r.curPSN = wire.PSNAdd(psn, 1)
+	case WRRead:
+		n := uint64(wire.PSNDiff(end, psn)+1) * uint64(q.mtu)
+		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
+		bth.Opcode = wire.OpReadRequest
+		hdr = b.Alloc(wire.BTHLen + wire.RETHLen)
+		reth := wire.RETH{VA: w.raddr + off, RKey: w.rkey, DMALen: uint32(n)}
+		reth.Put(hdr[wire.BTHLen:])
+		r.curPSN = wire.PSNAdd(end, 1)
+	default: // atomics
+		bth.Opcode = wire.OpCompareSwap
+		at := wire.AtomicETH{VA: w.raddr, RKey: w.rkey, SwapAdd: w.swap, Compare: w.compareAdd}
+		if w.op == WRAtomicFetch {
+			bth.Opcode = wire.OpFetchAdd
+			at.SwapAdd, at.Compare = w.compareAdd, 0
+		}
+		hdr = b.Alloc(wire.BTHLen + wire.AtomicETHLen)
+		at.Put(hdr[wire.BTHLen:])
+		r.curPSN = wire.PSNAdd(psn, 1)
+	}
+	bth.PadCnt = uint8(wire.PadFor(payLen))
+	bth.Put(hdr)
+	q.emit(b, hdr, pay, payLen)
+}
+
+func requestOpcode(op uint8, first, last bool) wire.Opcode {
+	var base wire.Opcode // FIRST, MIDDLE, LAST, LAST_IMM, ONLY, ONLY_IMM
+	if op == WRWrite || op == WRWriteImm {
+		base = wire.OpWriteFirst
+	}
+	imm := op == WRSendImm || op == WRWriteImm
+	switch {
+	case first && last && imm:
+		return base + 5
+	case first && last:
+		return base + 4
+	case first:
+		return base
+	case last && imm:
+		return base + 3
+	case last:
+		return base + 2
+	}
+	return base + 1
+}
+
+// gather appends to dst the pieces of segs that hold bytes [off, off+n).
+func gather(segs [][]byte, off uint64, n int, dst [][]byte) [][]byte {
+	for _, s := range segs {
+		if n == 0 {
+			break
+		}
+		l := uint64(len(s))
+		if off >= l {
+			off -= l
+			continue
+		}
+		k := min(uint64(n), l-off)
+		dst = append(dst, s[off:off+k])
+		n -= int(k)
+		off = 0
+	}
+	return dst
+}
+
+// emit completes a packet: pad, ICRC, and appends it to b.
+func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
+	pad := wire.PadFor(payLen)
+	trailer := b.Alloc(pad + wire.ICRCLen)
+	clear(trailer[:pad])
+	wire.PutICRC(trailer[pad:], q.txFlow.ICRCParts(hdr, pay, trailer[:pad]))
+	b.Begin(&q.peer)
+	b.Add(hdr)
+	for _, p := range pay {
+		b.Add(p)
+	}
+	b.Add(trailer)
+	b.End()
+	q.stats.TxPackets++
+	q.stats.TxBytes += uint64(len(hdr) + payLen + len(trailer))
+}
+
+// armRTO starts the local ACK timer when requests are outstanding and it is not running.
+func (q *QP) armRTO() {
+	r := &q.req
+	to := wire.AckTimeout(q.attr.Timeout)
+	if !r.outstanding() || to == 0 {
+		r.rtoAt = 0
+		return
+	}
+	if r.rtoAt == 0 {
+		r.rtoAt = q.dev.now() + int64(to)
+		q.dev.timers.arm(q, r.rtoAt)
+	}
+}
+
+// restartRTO restarts the local ACK timer after progress.
+func (q *QP) restartRTO() {
+	r := &q.req
+	r.rtoAt = 0
+	q.armRTO()
+}
+
+// rewind makes the requester resend from psn (go-back-N).
+func (q *QP) rewind(psn uint32) {
+	r := &q.req
+	size := uint64(len(q.sq))
+	for i := q.sqTail; i != q.sqStarted; i++ {
+		w := &q.sq[i%size]
+		if !wire.PSNBefore(w.lastPSN(), psn) {
+			q.sqCur = i
+			if wire.PSNBefore(psn, w.firstPSN) {
+				psn = w.firstPSN
+			}
+			r.curPSN = psn // a READ is re-requested from psn to the end of its chunk
+			r.rewound, r.rewindPSN = true, psn
+			return
+		}
+	}
+	q.sqCur = q.sqStarted
+	r.curPSN = r.nextPSN
+}
+
+// onTimer runs when the QP's timer deadline passes (timer goroutine, no locks held).
+func (q *QP) onTimer() {
+	q.mu.Lock()
+	if q.destroyed || (q.state != StateRTS && q.state != StateSQD) {
+		q.mu.Unlock()
+		return
+	}
+	r := &q.req
+	now := q.dev.now()
+	kick := false
+	if r.rnrWait {
+		if now >= r.rnrUntil {
+			r.rnrWait = false
+			q.rewind(r.rnrPSN)
+			r.rtoAt = 0
+			kick = true
+		} else {
+			q.dev.timers.arm(q, r.rnrUntil)
+		}
+	} else if r.rtoAt != 0 {
+		if !r.outstanding() {
+			r.rtoAt = 0
+		} else if now >= r.rtoAt {
+			q.stats.Timeouts++
+			if r.retryLeft == 0 {
+				q.errorState(StatusRetryExcErr, VendorRetryTimer)
+				q.mu.Unlock()
+				return
+			}
+			r.retryLeft--
+			q.rewind(r.una)
+			r.rtoAt = 0
+			kick = true
+		} else {
+			q.dev.timers.arm(q, r.rtoAt)
+		}
+	}
+	if kick {
+		q.pushTx()
+		return
+	}
+	q.mu.Unlock()
+}

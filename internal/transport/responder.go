@@ -1,0 +1,535 @@
+package transport
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/tpt"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+const (
+	resFree uint8 = iota
+	resRead
+	resAtomic
+)
+
+// respResource remembers an RDMA READ or atomic request, so its responses can be sent
+// (and replayed for a duplicate request) without executing it again. There are
+// max_dest_rd_atomic of them per QP, used in a ring.
+type respResource struct {
+	kind     uint8
+	queued   bool   // on the pump list
+	firstPSN uint32 // PSN range the request uses
+	lastPSN  uint32
+	start    uint32 // first PSN of the current (re)play: its response is FIRST/ONLY
+	next     uint32 // next response PSN to send
+	mem      []byte // READ: the checked source memory
+	orig     uint64 // atomic: the value the target held before
+}
+
+// responder is the receive side of a QP.
+type responder struct {
+	epsn       uint32 // expected PSN
+	msn        uint32 // message sequence number
+	sending    bool   // inside a multi-packet SEND
+	writing    bool   // inside a multi-packet WRITE
+	haveRWQE   bool   // rwqe holds the receive WQE of the message in progress
+	rwqe       recvWQE
+	sendOff    uint64
+	writeMem   []byte // what is left of the WRITE's target
+	writeLen   uint32
+	nakSent    bool // a NAK for epsn went out; stay quiet until epsn arrives
+	ackPending bool
+	ackQueued  bool
+	queued     bool
+	res        []respResource
+	resNext    int
+	pend       []int // resources with responses to send, in PSN order
+}
+
+func (rs *responder) init() {
+	rs.rwqe.segs = make([][]byte, 0, 4)
+}
+
+func (rs *responder) reset() {
+	segs := rs.rwqe.segs[:0]
+	res := rs.res
+	clear(res)
+	*rs = responder{res: res}
+	rs.rwqe.segs = segs
+}
+
+func (rs *responder) setResources(n int) {
+	rs.res = make([]respResource, n)
+	rs.resNext = 0
+	rs.pend = rs.pend[:0]
+}
+
+func (rs *responder) pumping() bool { return len(rs.pend) > 0 }
+
+// abortMessage completes a receive WQE taken by a message in progress with
+// WR_FLUSH_ERR (the QP is entering ERR) and stops any responses.
+func (rs *responder) abortMessage(q *QP) {
+	if rs.haveRWQE {
+		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv})
+		rs.haveRWQE = false
+	}
+	rs.sending, rs.writing = false, false
+	for _, i := range rs.pend {
+		rs.res[i].queued = false
+	}
+	rs.pend = rs.pend[:0]
+}
+
+// input handles a packet for this QP (rxMu held).
+func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return
+	}
+	switch q.state {
+	case StateRTR, StateRTS, StateSQD:
+	default:
+		q.stats.Dropped++
+		return
+	}
+	if from.Addr() != q.peer.AP.Addr() {
+		q.stats.WrongSource++
+		return
+	}
+	q.stats.RxPackets++
+	q.stats.RxBytes += uint64(n)
+	if p.Info.Flags&wire.IsRequest != 0 {
+		if !q.commEst {
+			q.commEst = true
+			if q.state == StateRTR {
+				q.dev.raise(Event{Type: EventCommEst, QP: q, Detail: "first packet received in RTR"})
+			}
+		}
+		q.handleRequest(p)
+		return
+	}
+	if q.state == StateRTR {
+		q.stats.Dropped++
+		return
+	}
+	q.handleResponse(p)
+}
+
+// handleRequest runs the responder for one request packet.
+func (q *QP) handleRequest(p *wire.Packet) {
+	rs := &q.resp
+	psn := p.BTH.PSN
+	switch d := wire.PSNDiff(psn, rs.epsn); {
+	case d > 0:
+		q.stats.OutOfSequence++
+		if !rs.nakSent {
+			rs.nakSent = true
+			q.sendNak(wire.AETHNak|wire.NakPSNSeqError, rs.epsn)
+		}
+		return
+	case d < 0:
+		q.duplicate(p)
+		return
+	}
+	rs.nakSent = false
+	f := p.Info.Flags
+	// Opcode sequence: a multi-packet SEND or WRITE continues until its LAST.
+	if rs.sending && !(f&wire.IsSend != 0 && f&wire.IsFirst == 0) ||
+		rs.writing && !(f&wire.IsWrite != 0 && f&wire.IsFirst == 0) ||
+		!rs.sending && f&wire.IsSend != 0 && f&wire.IsFirst == 0 ||
+		!rs.writing && f&wire.IsWrite != 0 && f&wire.IsFirst == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "opcode out of sequence")
+		return
+	}
+	// Payload length: FIRST and MIDDLE carry exactly one MTU, LAST 1..MTU, ONLY 0..MTU.
+	if f&wire.HasPayload != 0 {
+		l := uint32(len(p.Payload))
+		bad := l > q.mtu
+		if f&(wire.IsFirst|wire.IsLast) != wire.IsFirst|wire.IsLast {
+			if f&wire.IsLast == 0 {
+				bad = bad || l != q.mtu
+			} else {
+				bad = bad || l == 0
+			}
+		}
+		if bad {
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload length invalid for its opcode")
+			return
+		}
+	}
+	switch {
+	case f&wire.IsSend != 0:
+		q.recvSend(p)
+	case f&wire.IsWrite != 0:
+		q.recvWrite(p)
+	case f&wire.IsRead != 0:
+		q.recvRead(p)
+	case f&wire.IsAtomic != 0:
+		q.recvAtomic(p)
+	}
+}
+
+func (q *QP) recvSend(p *wire.Packet) {
+	rs := &q.resp
+	f := p.Info.Flags
+	if f&wire.HasIETH != 0 {
+		// SEND with Invalidate needs memory windows or fast-registered regions, which
+		// softrnic does not have.
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "SEND with invalidate is not supported")
+		return
+	}
+	if f&wire.IsFirst != 0 {
+		if !q.rq.pop(&rs.rwqe) {
+			q.sendRNR()
+			return
+		}
+		rs.haveRWQE = true
+		rs.sendOff = 0
+		if rs.rwqe.verr != 0 {
+			q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, rs.rwqe.verr, "receive WQE has an invalid local key")
+			return
+		}
+	}
+	if rs.sendOff+uint64(len(p.Payload)) > rs.rwqe.length {
+		q.respFatal(wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
+		return
+	}
+	scatter(rs.rwqe.segs, rs.sendOff, p.Payload)
+	rs.sendOff += uint64(len(p.Payload))
+	rs.epsn = wire.PSNAdd(rs.epsn, 1)
+	if f&wire.IsLast != 0 {
+		e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: uint32(rs.sendOff),
+			Opcode: WCRecv, solicited: p.BTH.SE}
+		if f&wire.HasImmDt != 0 {
+			e.Imm, e.Flags = p.Imm, WCFlagWithImm
+		}
+		rs.haveRWQE, rs.sending = false, false
+		clear(rs.rwqe.segs)
+		rs.msn = wire.PSNAdd(rs.msn, 1)
+		q.recvCQ.push(&e)
+	} else {
+		rs.sending = true
+	}
+	q.requestAck(p)
+}
+
+func (q *QP) recvWrite(p *wire.Packet) {
+	rs := &q.resp
+	f := p.Info.Flags
+	if f&wire.IsFirst != 0 {
+		if q.attr.Access&tpt.RemoteWrite == 0 {
+			q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow remote write")
+			return
+		}
+		reth := &p.RETH
+		var mem []byte
+		if reth.DMALen > 0 {
+			var st tpt.Status
+			mem, st = q.dev.mrs.Check(reth.RKey, q.pd, reth.VA, uint64(reth.DMALen), tpt.RemoteWrite)
+			if st != tpt.OK {
+				q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), "RDMA WRITE: "+st.String())
+				return
+			}
+		}
+		// ONLY carries the whole message; FIRST one MTU of a longer one.
+		if f&wire.IsLast != 0 && uint32(len(p.Payload)) != reth.DMALen ||
+			f&wire.IsLast == 0 && reth.DMALen <= q.mtu {
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE length does not match its DMA length")
+			return
+		}
+		rs.writeMem, rs.writeLen = mem, reth.DMALen
+	}
+	if len(p.Payload) > len(rs.writeMem) || f&wire.IsLast != 0 && len(p.Payload) != len(rs.writeMem) {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE payload does not match its DMA length")
+		return
+	}
+	if f&wire.HasImmDt != 0 && !rs.haveRWQE {
+		// The immediate consumes a receive WQE; without one, nothing of this packet is placed.
+		if !q.rq.pop(&rs.rwqe) {
+			q.sendRNR()
+			return
+		}
+		rs.haveRWQE = true
+	}
+	copy(rs.writeMem, p.Payload)
+	rs.writeMem = rs.writeMem[len(p.Payload):]
+	rs.epsn = wire.PSNAdd(rs.epsn, 1)
+	if f&wire.IsLast != 0 {
+		rs.writing = false
+		rs.writeMem = nil
+		rs.msn = wire.PSNAdd(rs.msn, 1)
+		if f&wire.HasImmDt != 0 {
+			e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: rs.writeLen,
+				Opcode: WCRecvRDMAImm, Imm: p.Imm, Flags: WCFlagWithImm, solicited: p.BTH.SE}
+			rs.haveRWQE = false
+			clear(rs.rwqe.segs)
+			q.recvCQ.push(&e)
+		}
+	} else {
+		rs.writing = true
+	}
+	q.requestAck(p)
+}
+
+func (q *QP) recvRead(p *wire.Packet) {
+	rs := &q.resp
+	if q.attr.Access&tpt.RemoteRead == 0 {
+		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow remote read")
+		return
+	}
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
+		return
+	}
+	reth := &p.RETH
+	var mem []byte
+	if reth.DMALen > 0 {
+		var st tpt.Status
+		mem, st = q.dev.mrs.Check(reth.RKey, q.pd, reth.VA, uint64(reth.DMALen), tpt.RemoteRead)
+		if st != tpt.OK {
+			q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), "RDMA READ: "+st.String())
+			return
+		}
+	}
+	npkts := (reth.DMALen + q.mtu - 1) / q.mtu
+	if npkts == 0 {
+		npkts = 1
+	}
+	psn := p.BTH.PSN
+	i := q.allocResource()
+	rs.res[i] = respResource{kind: resRead, firstPSN: psn, lastPSN: wire.PSNAdd(psn, npkts-1), start: psn, next: psn, mem: mem}
+	rs.epsn = wire.PSNAdd(psn, npkts)
+	rs.msn = wire.PSNAdd(rs.msn, 1)
+	rs.ackPending = false // the responses acknowledge everything before
+	q.queueResource(i)
+}
+
+func (q *QP) recvAtomic(p *wire.Packet) {
+	rs := &q.resp
+	if q.attr.Access&tpt.RemoteAtomic == 0 {
+		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow remote atomics")
+		return
+	}
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
+		return
+	}
+	at := &p.Atomic
+	if at.VA%8 != 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
+		return
+	}
+	mem, st := q.dev.mrs.Check(at.RKey, q.pd, at.VA, 8, tpt.RemoteAtomic)
+	if st != tpt.OK {
+		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), "atomic: "+st.String())
+		return
+	}
+	q.dev.atomicMu.Lock()
+	orig := binary.NativeEndian.Uint64(mem)
+	v := orig
+	if p.BTH.Opcode == wire.OpFetchAdd {
+		v = orig + at.SwapAdd
+	} else if orig == at.Compare {
+		v = at.SwapAdd
+	}
+	binary.NativeEndian.PutUint64(mem, v)
+	q.dev.atomicMu.Unlock()
+	psn := p.BTH.PSN
+	i := q.allocResource()
+	rs.res[i] = respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, orig: orig}
+	rs.epsn = wire.PSNAdd(psn, 1)
+	rs.msn = wire.PSNAdd(rs.msn, 1)
+	rs.ackPending = false
+	q.queueResource(i)
+}
+
+// allocResource takes the next slot of the resource ring and returns its index.
+func (q *QP) allocResource() int {
+	rs := &q.resp
+	i := rs.resNext
+	rs.resNext = (i + 1) % len(rs.res)
+	if rs.res[i].queued {
+		// The requester exceeded max_dest_rd_atomic: the oldest pending response is lost.
+		for k, j := range rs.pend {
+			if j == i {
+				rs.pend = append(rs.pend[:k], rs.pend[k+1:]...)
+				break
+			}
+		}
+	}
+	return i
+}
+
+// queueResource puts resource i's responses on the pump list.
+func (q *QP) queueResource(i int) {
+	rs := &q.resp
+	if !rs.res[i].queued {
+		rs.res[i].queued = true
+		rs.pend = append(rs.pend, i)
+	}
+	q.dev.queueResp(q)
+}
+
+// duplicate answers a request the responder already executed: SEND and WRITE get the
+// latest ACK again, READ and atomics are answered from the resource ring (atomics are
+// never executed twice).
+func (q *QP) duplicate(p *wire.Packet) {
+	rs := &q.resp
+	q.stats.Duplicates++
+	psn := p.BTH.PSN
+	switch p.BTH.Opcode {
+	case wire.OpReadRequest, wire.OpCompareSwap, wire.OpFetchAdd:
+		kind := resRead
+		if p.BTH.Opcode != wire.OpReadRequest {
+			kind = resAtomic
+		}
+		for i := range rs.res {
+			r := &rs.res[i]
+			if r.kind != kind || wire.PSNBefore(psn, r.firstPSN) || wire.PSNBefore(r.lastPSN, psn) {
+				continue
+			}
+			if kind == resAtomic && psn != r.firstPSN {
+				continue
+			}
+			r.start, r.next = psn, psn
+			q.queueResource(i)
+			return
+		}
+		// Not remembered any more (the requester exceeded max_dest_rd_atomic): drop.
+	default:
+		q.requestAck(p)
+		rs.ackPending = true
+	}
+}
+
+// requestAck notes that the packet asked for an acknowledgement.
+func (q *QP) requestAck(p *wire.Packet) {
+	if p.BTH.AckReq {
+		q.resp.ackPending = true
+		q.dev.queueAck(q)
+	} else if q.resp.ackPending {
+		q.dev.queueAck(q)
+	}
+}
+
+// pumpResponses sends pending READ responses and atomic ACKs into b. It returns false if
+// b filled up first.
+func (q *QP) pumpResponses(b *netio.SendBatch) bool {
+	rs := &q.resp
+	for len(rs.pend) > 0 {
+		r := &rs.res[rs.pend[0]]
+		for r.kind != resFree && !wire.PSNBefore(r.lastPSN, r.next) {
+			if !b.Room(3, wire.MaxHeaderLen+16) {
+				return false
+			}
+			q.emitResponse(b, r)
+		}
+		r.queued = false
+		rs.pend = append(rs.pend[:0], rs.pend[1:]...)
+	}
+	if rs.ackPending {
+		q.dev.queueAck(q)
+	}
+	return true
+}
+
+// emitResponse sends r's response at r.next.
+func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
+	psn := r.next
+	r.next = wire.PSNAdd(psn, 1)
+	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
+	aeth := wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits, MSN: q.resp.msn}
+	if r.kind == resAtomic {
+		bth.Opcode = wire.OpAtomicAcknowledge
+		hdr := b.Alloc(wire.BTHLen + wire.AETHLen + wire.AtomicAckETHLen)
+		bth.Put(hdr)
+		aeth.Put(hdr[wire.BTHLen:])
+		binary.BigEndian.PutUint64(hdr[wire.BTHLen+wire.AETHLen:], r.orig)
+		q.emit(b, hdr, nil, 0)
+		return
+	}
+	first, last := psn == r.start, psn == r.lastPSN
+	switch {
+	case first && last:
+		bth.Opcode = wire.OpReadResponseOnly
+	case first:
+		bth.Opcode = wire.OpReadResponseFirst
+	case last:
+		bth.Opcode = wire.OpReadResponseLast
+	default:
+		bth.Opcode = wire.OpReadResponseMiddle
+	}
+	off := uint64(wire.PSNDiff(psn, r.firstPSN)) * uint64(q.mtu)
+	n := min(uint64(q.mtu), uint64(len(r.mem))-min(off, uint64(len(r.mem))))
+	var pay [1][]byte
+	pieces := pay[:0]
+	if n > 0 {
+		pieces = append(pieces, r.mem[off:off+n])
+	}
+	info := bth.Opcode.Info()
+	hdr := b.Alloc(info.HdrLen)
+	bth.PadCnt = uint8(wire.PadFor(int(n)))
+	bth.Put(hdr)
+	if info.Flags&wire.HasAETH != 0 {
+		aeth.Put(hdr[wire.BTHLen:])
+	}
+	q.emit(b, hdr, pieces, int(n))
+}
+
+// sendAck sends the coalesced ACK for everything up to epsn-1.
+func (q *QP) sendAck(b *netio.SendBatch) {
+	q.resp.ackPending = false
+	q.sendAETH(b, wire.AETHAck|wire.NoCredits, wire.PSNAdd(q.resp.epsn, wire.PSNMask))
+}
+
+// sendNak sends a NAK (or RNR NAK) for psn right away, into the receive path's batch.
+func (q *QP) sendNak(syn uint8, psn uint32) {
+	if wire.AETHKind(syn) == wire.AETHRNR {
+		q.stats.RNRNAKsSent++
+	} else {
+		q.stats.NAKsSent++
+	}
+	q.resp.ackPending = false
+	q.sendAETH(q.dev.rxOut, syn, psn)
+}
+
+func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn uint32) {
+	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
+	hdr := b.Alloc(wire.BTHLen + wire.AETHLen)
+	bth.Put(hdr)
+	aeth := wire.AETH{Syndrome: syn, MSN: q.resp.msn}
+	aeth.Put(hdr[wire.BTHLen:])
+	q.emit(b, hdr, nil, 0)
+}
+
+// sendRNR refuses the packet at epsn for lack of a receive WQE.
+func (q *QP) sendRNR() {
+	q.resp.nakSent = true // later packets of the burst are dropped quietly
+	q.sendNak(wire.AETHRNR|q.attr.MinRNRTimer&0x1F, q.resp.epsn)
+}
+
+// respFatal handles a request the responder cannot execute: it NAKs it, completes the
+// receive WQE in use (if any) with status, or raises an async event, and moves the QP to
+// ERR.
+func (q *QP) respFatal(nak uint8, status uint8, verr uint32, why string) {
+	rs := &q.resp
+	q.sendNak(wire.AETHNak|nak, rs.epsn)
+	if rs.haveRWQE {
+		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: status, Opcode: WCRecv, VendorErr: verr})
+		rs.haveRWQE = false
+	} else {
+		ev := EventQPReqErr
+		switch nak {
+		case wire.NakRemoteAccessError:
+			ev = EventQPAccessErr
+		case wire.NakRemoteOpError:
+			ev = EventQPFatal
+		}
+		q.dev.raise(Event{Type: ev, QP: q, Detail: why})
+	}
+	q.errorState(StatusWRFlushErr, 0)
+}

@@ -1,0 +1,156 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/softrnic/softrnic/internal/tpt"
+)
+
+// recvWQE is a posted receive: where an incoming SEND (or the immediate of a WRITE) goes.
+type recvWQE struct {
+	wrID   uint64
+	segs   [][]byte
+	length uint64
+	verr   uint32 // non-zero: an lkey failed its check at post time (reported on use)
+}
+
+// RecvQueue is a receive queue: a QP's own, or a shared receive queue (SRQ) used by many.
+type RecvQueue struct {
+	dev    *Device
+	mu     sync.Mutex
+	ring   []recvWQE
+	head   uint64 // next slot to post
+	tail   uint64 // next slot to consume
+	maxSGE int
+	pd     uint32
+	shared bool
+
+	// Owner is the verbs object wrapping this queue (for SRQs).
+	Owner any
+}
+
+// NewRecvQueue creates a receive queue with room for n WQEs of up to maxSGE elements.
+func (d *Device) NewRecvQueue(pd uint32, n, maxSGE int, shared bool) *RecvQueue {
+	q := &RecvQueue{dev: d, ring: make([]recvWQE, n), maxSGE: maxSGE, pd: pd, shared: shared}
+	for i := range q.ring {
+		q.ring[i].segs = make([][]byte, 0, maxSGE)
+	}
+	return q
+}
+
+// Posted returns the number of WQEs waiting.
+func (q *RecvQueue) Posted() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return int(q.head - q.tail)
+}
+
+// Cap returns the queue's capacity.
+func (q *RecvQueue) Cap() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ring)
+}
+
+// ErrQueueFull is returned when a post finds no free slot.
+var ErrQueueFull = errors.New("receive queue full")
+
+// post adds one WQE, resolving its scatter list. Unknown or unsuitable lkeys do not fail
+// the post (hardware finds them when it uses the WQE); they complete with LOC_PROT_ERR.
+func (q *RecvQueue) post(wr *RecvWR) error {
+	if len(wr.SG) > q.maxSGE {
+		return fmt.Errorf("%d scatter elements, queue allows %d", len(wr.SG), q.maxSGE)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head-q.tail == uint64(len(q.ring)) {
+		return ErrQueueFull
+	}
+	w := &q.ring[q.head%uint64(len(q.ring))]
+	w.wrID = wr.WRID
+	w.segs = w.segs[:0]
+	w.length = 0
+	w.verr = 0
+	for _, s := range wr.SG {
+		b, st := q.dev.mrs.Check(s.LKey, q.pd, s.Addr, uint64(s.Length), tpt.LocalWrite)
+		if st != tpt.OK {
+			w.verr = localVendorErr(st)
+			continue
+		}
+		if len(b) > 0 {
+			w.segs = append(w.segs, b)
+			w.length += uint64(len(b))
+		}
+	}
+	q.head++
+	return nil
+}
+
+// pop takes the oldest WQE into dst (which keeps its own copy of the scatter list).
+func (q *RecvQueue) pop(dst *recvWQE) bool {
+	q.mu.Lock()
+	if q.head == q.tail {
+		q.mu.Unlock()
+		return false
+	}
+	w := &q.ring[q.tail%uint64(len(q.ring))]
+	dst.wrID, dst.length, dst.verr = w.wrID, w.length, w.verr
+	dst.segs = append(dst.segs[:0], w.segs...)
+	clear(w.segs)
+	q.tail++
+	q.mu.Unlock()
+	return true
+}
+
+// flush completes every waiting WQE with WR_FLUSH_ERR on cq.
+func (q *RecvQueue) flush(cq *CQ, qpn uint32) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for ; q.tail != q.head; q.tail++ {
+		w := &q.ring[q.tail%uint64(len(q.ring))]
+		cq.push(&CQE{WRID: w.wrID, QPN: qpn, Status: StatusWRFlushErr, Opcode: WCRecv})
+		clear(w.segs)
+	}
+}
+
+// reset drops every waiting WQE without completions (QP to RESET).
+func (q *RecvQueue) reset() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for ; q.tail != q.head; q.tail++ {
+		clear(q.ring[q.tail%uint64(len(q.ring))].segs)
+	}
+}
+
+func localVendorErr(st tpt.Status) uint32 {
+	switch st {
+	case tpt.BadPD:
+		return VendorBadPD
+	case tpt.NoRights:
+		return VendorNoRights
+	case tpt.OutOfBounds:
+		return VendorBounds
+	}
+	return VendorBadLKey
+}
+
+// scatter copies data into segs starting at byte offset off. It returns false if the
+// data does not fit.
+func scatter(segs [][]byte, off uint64, data []byte) bool {
+	for _, s := range segs {
+		if len(data) == 0 {
+			return true
+		}
+		n := uint64(len(s))
+		if off >= n {
+			off -= n
+			continue
+		}
+		c := copy(s[off:], data)
+		data = data[c:]
+		off = 0
+	}
+	return len(data) == 0
+}

@@ -1,0 +1,70 @@
+package transport
+
+// Stats are a QP's or a device's packet counters.
+type Stats struct {
+	TxPackets, TxBytes uint64 // packets and bytes sent (headers included)
+	RxPackets, RxBytes uint64 // packets and bytes received
+	Retransmits        uint64 // request packets sent again
+	NAKsSent, NAKsRecv uint64 // NAKs other than RNR, sent and received
+	RNRNAKsSent        uint64
+	RNRNAKsRecv        uint64
+	Duplicates         uint64 // duplicate requests and responses received
+	OutOfSequence      uint64 // requests ahead of the expected PSN, and responses out of order
+	Timeouts           uint64 // local ACK timeouts that fired
+	WrongSource        uint64 // packets from an address other than the QP's peer
+	Dropped            uint64 // packets dropped for the QP's state or a protocol error
+
+	// Device-wide receive-path drops (zero in a QP's counters).
+	ICRCErrors uint64 // bad ICRC
+	Malformed  uint64 // undecodable headers, bad P_Key
+	UnknownQP  uint64 // destination QP does not exist
+}
+
+func (s *Stats) add(o *Stats) {
+	s.TxPackets += o.TxPackets
+	s.TxBytes += o.TxBytes
+	s.RxPackets += o.RxPackets
+	s.RxBytes += o.RxBytes
+	s.Retransmits += o.Retransmits
+	s.NAKsSent += o.NAKsSent
+	s.NAKsRecv += o.NAKsRecv
+	s.RNRNAKsSent += o.RNRNAKsSent
+	s.RNRNAKsRecv += o.RNRNAKsRecv
+	s.Duplicates += o.Duplicates
+	s.OutOfSequence += o.OutOfSequence
+	s.Timeouts += o.Timeouts
+	s.WrongSource += o.WrongSource
+	s.Dropped += o.Dropped
+	s.ICRCErrors += o.ICRCErrors
+	s.Malformed += o.Malformed
+	s.UnknownQP += o.UnknownQP
+}
+
+// Stats returns the QP's counters.
+func (q *QP) Stats() Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.stats
+}
+
+// Stats returns the device's counters: its receive-path drops plus the sum over all QPs,
+// live and destroyed. Receive counters include packets dropped before reaching a QP.
+func (d *Device) Stats() Stats {
+	var s Stats
+	d.qpMu.Lock()
+	s = d.retired
+	live := make([]*QP, 0, len(d.qpSet))
+	for q := range d.qpSet {
+		live = append(live, q)
+	}
+	d.qpMu.Unlock()
+	for _, q := range live {
+		qs := q.Stats()
+		s.add(&qs)
+	}
+	d.rxMu.Lock()
+	s.RxPackets, s.RxBytes = d.rx.packets, d.rx.bytes
+	s.ICRCErrors, s.Malformed, s.UnknownQP = d.rx.icrc, d.rx.malformed+d.rx.pkey, d.rx.unknownQP
+	d.rxMu.Unlock()
+	return s
+}

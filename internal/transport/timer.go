@@ -1,0 +1,119 @@
+package transport
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// timerQueue is the device's one timer: a heap of QPs ordered by their next deadline
+// (local ACK timeout or RNR wait). A QP is in the heap at most once; deadlines that move
+// later are not updated in the heap: the QP checks its real deadline when the entry fires
+// and re-arms, so progress costs no heap operation.
+type timerQueue struct {
+	d    *Device
+	mu   sync.Mutex
+	h    qpHeap
+	due  []*QP
+	wake chan struct{}
+	done chan struct{}
+}
+
+type qpHeap []*QP
+
+func (h qpHeap) Len() int           { return len(h) }
+func (h qpHeap) Less(i, j int) bool { return h[i].timerAt < h[j].timerAt }
+func (h qpHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timerIdx, h[j].timerIdx = i, j
+}
+func (h *qpHeap) Push(x any) {
+	q := x.(*QP)
+	q.timerIdx = len(*h)
+	*h = append(*h, q)
+}
+func (h *qpHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	q.timerIdx = -1
+	return q
+}
+
+func (t *timerQueue) init(d *Device) {
+	t.d = d
+	t.wake = make(chan struct{}, 1)
+	t.done = make(chan struct{})
+}
+
+// arm makes sure q's timer fires no later than at (device time, ns).
+func (t *timerQueue) arm(q *QP, at int64) {
+	t.mu.Lock()
+	if q.timerIdx >= 0 {
+		if at >= q.timerAt {
+			t.mu.Unlock()
+			return
+		}
+		q.timerAt = at
+		heap.Fix(&t.h, q.timerIdx)
+	} else {
+		q.timerAt = at
+		heap.Push(&t.h, q)
+	}
+	first := t.h[0] == q
+	t.mu.Unlock()
+	if first {
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// cancel removes q from the heap.
+func (t *timerQueue) cancel(q *QP) {
+	t.mu.Lock()
+	if q.timerIdx >= 0 {
+		heap.Remove(&t.h, q.timerIdx)
+	}
+	t.mu.Unlock()
+}
+
+func (t *timerQueue) stop() { close(t.done) }
+
+func (t *timerQueue) run() {
+	defer t.d.wg.Done()
+	tm := time.NewTimer(time.Hour)
+	defer tm.Stop()
+	for {
+		t.mu.Lock()
+		now := t.d.now()
+		for len(t.h) > 0 && t.h[0].timerAt <= now {
+			t.due = append(t.due, heap.Pop(&t.h).(*QP))
+		}
+		wait := time.Hour
+		if len(t.h) > 0 {
+			wait = time.Duration(t.h[0].timerAt - now)
+		}
+		due := t.due
+		t.mu.Unlock()
+		for i, q := range due {
+			q.onTimer()
+			due[i] = nil
+		}
+		t.mu.Lock()
+		t.due = t.due[:0]
+		if len(t.h) > 0 {
+			wait = min(wait, time.Duration(t.h[0].timerAt-t.d.now()))
+		}
+		t.mu.Unlock()
+		tm.Reset(max(wait, 0))
+		select {
+		case <-tm.C:
+		case <-t.wake:
+		case <-t.done:
+			return
+		}
+	}
+}

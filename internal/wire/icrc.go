@@ -1,0 +1,113 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net/netip"
+)
+
+// UDPPort is the IANA port for RoCEv2.
+const UDPPort = 4791
+
+// Flow identifies the IP and UDP endpoints of a packet: what the ICRC covers besides the
+// transport headers and payload. Fields the ICRC masks (TOS/traffic class, TTL/hop limit,
+// flow label, IP and UDP checksums) are not part of it.
+//
+// For IPv4 the ICRC also covers the Identification and flags/fragment-offset fields. A
+// UDP socket does not control them; softrnic sends from unconnected sockets with DF set,
+// for which Linux writes ID 0, and computes (and, on receive, verifies) with ID 0 and DF.
+type Flow struct {
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16
+	IPID             uint16 // IPv4 Identification; 0 for softrnic's own packets
+	DF               bool   // IPv4 Don't Fragment flag
+}
+
+// pseudoLen is the longest ICRC prefix: 8 bytes of ones, an IPv6 header, UDP, BTH.
+const pseudoLen = 8 + 40 + 8 + BTHLen
+
+// prefix writes the masked pseudo-header (8 x 0xFF, IP, UDP, masked BTH) for a packet whose
+// transport part (BTH to ICRC inclusive) is tlen bytes, and returns its length.
+func (f *Flow) prefix(buf *[pseudoLen]byte, bth []byte, tlen int) int {
+	for i := 0; i < 8; i++ {
+		buf[i] = 0xFF
+	}
+	udpLen := 8 + tlen
+	o := 8
+	if f.Src.Is4() || f.Src.Is4In6() {
+		b := buf[o : o+20]
+		b[0] = 0x45
+		b[1] = 0xFF // TOS masked
+		binary.BigEndian.PutUint16(b[2:4], uint16(20+udpLen))
+		binary.BigEndian.PutUint16(b[4:6], f.IPID)
+		if f.DF {
+			b[6], b[7] = 0x40, 0
+		} else {
+			b[6], b[7] = 0, 0
+		}
+		b[8] = 0xFF // TTL masked
+		b[9] = 17
+		b[10], b[11] = 0xFF, 0xFF // checksum masked
+		s, d := f.Src.Unmap().As4(), f.Dst.Unmap().As4()
+		copy(b[12:16], s[:])
+		copy(b[16:20], d[:])
+		o += 20
+	} else {
+		b := buf[o : o+40]
+		b[0], b[1], b[2], b[3] = 0x6F, 0xFF, 0xFF, 0xFF // version 6, TC and flow label masked
+		binary.BigEndian.PutUint16(b[4:6], uint16(udpLen))
+		b[6] = 17
+		b[7] = 0xFF // hop limit masked
+		s, d := f.Src.As16(), f.Dst.As16()
+		copy(b[8:24], s[:])
+		copy(b[24:40], d[:])
+		o += 40
+	}
+	u := buf[o : o+8]
+	binary.BigEndian.PutUint16(u[0:2], f.SrcPort)
+	binary.BigEndian.PutUint16(u[2:4], f.DstPort)
+	binary.BigEndian.PutUint16(u[4:6], uint16(udpLen))
+	u[6], u[7] = 0xFF, 0xFF // checksum masked
+	o += 8
+	copy(buf[o:o+BTHLen], bth[:BTHLen])
+	buf[o+4] = 0xFF // FECN, BECN and reserved bits masked
+	return o + BTHLen
+}
+
+// ICRC returns the invariant CRC of pkt, which runs from the BTH to the end of the payload
+// and pad, without the 4 ICRC bytes.
+func (f *Flow) ICRC(pkt []byte) uint32 {
+	var buf [pseudoLen]byte
+	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
+	c := crc32.Update(0, crc32.IEEETable, buf[:n])
+	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+}
+
+// ICRCParts computes the ICRC of a packet held in pieces: hdr (BTH and extended headers),
+// the payload pieces, and pad bytes. tlen is the total transport length including ICRC.
+func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {
+	tlen := len(hdr) + len(pad) + ICRCLen
+	for _, p := range payload {
+		tlen += len(p)
+	}
+	var buf [pseudoLen]byte
+	n := f.prefix(&buf, hdr, tlen)
+	c := crc32.Update(0, crc32.IEEETable, buf[:n])
+	c = crc32.Update(c, crc32.IEEETable, hdr[BTHLen:])
+	for _, p := range payload {
+		c = crc32.Update(c, crc32.IEEETable, p)
+	}
+	return crc32.Update(c, crc32.IEEETable, pad)
+}
+
+// PutICRC stores the ICRC in its wire byte order (least significant byte first).
+func PutICRC(b []byte, icrc uint32) { binary.LittleEndian.PutUint32(b, icrc) }
+
+// VerifyICRC checks the ICRC at the end of pkt (BTH to end, including the ICRC).
+func (f *Flow) VerifyICRC(pkt []byte) bool {
+	if len(pkt) < BTHLen+ICRCLen {
+		return false
+	}
+	n := len(pkt) - ICRCLen
+	return f.ICRC(pkt[:n]) == binary.LittleEndian.Uint32(pkt[n:])
+}

@@ -1,0 +1,80 @@
+package verbs
+
+import "fmt"
+
+// Endpoint is what the other side needs to reach a QP: what perftest exchanges over its
+// TCP control connection and rdma_cm in its private data.
+type Endpoint struct {
+	GID   GID    // the device's GID (its IP address)
+	Port  uint16 // the device's UDP port
+	QPNum uint32
+	PSN   uint32 // the first PSN this QP sends
+}
+
+// Endpoint describes this QP for a peer, with psn as its first send PSN.
+func (q *QP) Endpoint(psn uint32) Endpoint {
+	c := q.pd.ctx
+	return Endpoint{GID: c.gid, Port: c.Addr().Port(), QPNum: q.QPNum(), PSN: psn & 0xFFFFFF}
+}
+
+// ConnectOptions are the attributes Connect sets; zero fields take the defaults shown.
+type ConnectOptions struct {
+	MTU         MTU         // path MTU (MTU1024)
+	Access      AccessFlags // remote access the QP allows (write, read and atomic)
+	Timeout     uint8       // local ACK timeout, 4.096 µs × 2^Timeout (14: 67 ms)
+	RetryCnt    uint8       // transport retries (7)
+	RNRRetry    uint8       // RNR retries, 7 = infinite (7)
+	MinRNRTimer uint8       // RNR NAK timer code sent to the peer (12: 0.64 ms)
+	MaxRdAtomic uint8       // outstanding READ/atomic each way (16)
+	// NoRemoteAccess leaves remote access off (Access is ignored).
+	NoRemoteAccess bool
+}
+
+// Connect moves a QP in RESET through INIT and RTR to RTS, connected to remote, sending
+// from the local PSN sqPSN.
+func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
+	if o.MTU == 0 {
+		o.MTU = MTU1024
+	}
+	if o.Access == 0 && !o.NoRemoteAccess {
+		o.Access = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	}
+	if o.NoRemoteAccess {
+		o.Access = 0
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 14
+	}
+	if o.RetryCnt == 0 {
+		o.RetryCnt = 7
+	}
+	if o.RNRRetry == 0 {
+		o.RNRRetry = 7
+	}
+	if o.MinRNRTimer == 0 {
+		o.MinRNRTimer = 12
+	}
+	if o.MaxRdAtomic == 0 {
+		o.MaxRdAtomic = 16
+	}
+	steps := []struct {
+		attr QPAttr
+		mask QPAttrMask
+	}{
+		{QPAttr{QPState: StateInit, PortNum: 1, QPAccessFlags: o.Access},
+			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
+		{QPAttr{QPState: StateRTR, PathMTU: o.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
+			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer,
+			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
+			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer},
+		{QPAttr{QPState: StateRTS, SQPSN: sqPSN & 0xFFFFFF, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
+			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic},
+			QPAttrState | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrSQPSN | QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := q.ModifyQP(&s.attr, s.mask); err != nil {
+			return fmt.Errorf("verbs: Connect to QP %#x: %w", remote.QPNum, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,383 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/softrnic/softrnic/internal/transport"
+)
+
+// WCStatus is a work completion status (ibv_wc_status values).
+type WCStatus int
+
+// Work completion statuses.
+const (
+	WCSuccess          WCStatus = 0
+	WCLocLenErr        WCStatus = 1
+	WCLocQPOpErr       WCStatus = 2
+	WCLocEECOpErr      WCStatus = 3
+	WCLocProtErr       WCStatus = 4
+	WCWRFlushErr       WCStatus = 5
+	WCMWBindErr        WCStatus = 6
+	WCBadRespErr       WCStatus = 7
+	WCLocAccessErr     WCStatus = 8
+	WCRemInvReqErr     WCStatus = 9
+	WCRemAccessErr     WCStatus = 10
+	WCRemOpErr         WCStatus = 11
+	WCRetryExcErr      WCStatus = 12
+	WCRNRRetryExcErr   WCStatus = 13
+	WCLocRDDViolErr    WCStatus = 14
+	WCRemInvRDReqErr   WCStatus = 15
+	WCRemAbortErr      WCStatus = 16
+	WCInvEECNErr       WCStatus = 17
+	WCInvEECStateErr   WCStatus = 18
+	WCFatalErr         WCStatus = 19
+	WCRespTimeoutErr   WCStatus = 20
+	WCGeneralErr       WCStatus = 21
+	wcStatusNamesCount          = 22
+)
+
+var wcStatusNames = [wcStatusNamesCount]string{
+	"success", "local length error", "local QP operation error", "local EE context operation error",
+	"local protection error", "Work Request Flushed Error", "memory management operation error",
+	"bad response error", "local access error", "remote invalid request error", "remote access error",
+	"remote operation error", "transport retry counter exceeded", "RNR retry counter exceeded",
+	"local RDD violation error", "remote invalid RD request", "aborted error", "invalid EE context number",
+	"invalid EE context state", "fatal error", "response timeout error", "general error",
+}
+
+// String returns the status text, as ibv_wc_status_str.
+func (s WCStatus) String() string {
+	if s >= 0 && int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return fmt.Sprintf("unknown status %d", int(s))
+}
+
+// WCOpcode is the operation a work completion is for (ibv_wc_opcode values).
+type WCOpcode int
+
+// Work completion opcodes.
+const (
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCCompSwap        WCOpcode = 3
+	WCFetchAdd        WCOpcode = 4
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+var wcOpcodeNames = map[WCOpcode]string{
+	WCSend: "SEND", WCRDMAWrite: "RDMA_WRITE", WCRDMARead: "RDMA_READ", WCCompSwap: "COMP_SWAP",
+	WCFetchAdd: "FETCH_ADD", WCRecv: "RECV", WCRecvRDMAWithImm: "RECV_RDMA_WITH_IMM",
+}
+
+func (o WCOpcode) String() string {
+	if s, ok := wcOpcodeNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("WCOpcode(%d)", int(o))
+}
+
+// WCFlags are work completion flags (ibv_wc_flags values).
+type WCFlags uint32
+
+// Work completion flags.
+const (
+	WCWithImm WCFlags = 2 // ImmData is valid
+)
+
+// WorkCompletion is one completed work request (ibv_wc). When Status is not WCSuccess only
+// WRID, Status, QPNum and VendorErr are meaningful.
+type WorkCompletion struct {
+	WRID      uint64
+	Status    WCStatus
+	Opcode    WCOpcode
+	VendorErr uint32
+	ByteLen   uint32
+	ImmData   uint32 // in host byte order (the wire carries it big-endian)
+	QPNum     uint32
+	SrcQP     uint32
+	WCFlags   WCFlags
+}
+
+// CQ is a completion queue (ibv_cq).
+type CQ struct {
+	ctx     *Context
+	cq      *transport.CQ
+	channel *CompChannel
+	vector  int
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	users    int // QPs using the CQ (guarded by ctx.mu)
+	dead     bool
+	taken    int // events GetCQEvent returned for this CQ
+	acked    int
+}
+
+// CreateCQ creates a completion queue with room for at least cqe completions. Events go
+// to channel (may be nil); compVector chooses the completion vector, in
+// [0, NumCompVectors).
+func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, error) {
+	if cqe < 1 || cqe > maxCQE {
+		return nil, fmt.Errorf("verbs: CreateCQ: %w: cqe %d not in 1..%d", ErrInvalid, cqe, maxCQE)
+	}
+	if compVector < 0 || compVector >= c.attr.NumCompVectors {
+		return nil, fmt.Errorf("verbs: CreateCQ: %w: completion vector %d not in 0..%d", ErrInvalid, compVector, c.attr.NumCompVectors-1)
+	}
+	if channel != nil && channel.ctx != c {
+		return nil, fmt.Errorf("verbs: CreateCQ: %w: channel belongs to another device", ErrInvalid)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if c.cqs >= maxCQ {
+		return nil, fmt.Errorf("verbs: CreateCQ: %w (max_cq %d)", ErrLimit, maxCQ)
+	}
+	if channel != nil {
+		if err := channel.attach(); err != nil {
+			return nil, fmt.Errorf("verbs: CreateCQ: %w", err)
+		}
+	}
+	cq := &CQ{ctx: c, cq: c.dev.NewCQ(cqe), channel: channel, vector: compVector}
+	cq.cond = sync.NewCond(&cq.mu)
+	cq.cq.Owner = cq
+	if channel != nil {
+		cq.cq.SetNotify(func(*transport.CQ) { channel.deliver(cq) })
+	}
+	c.cqs++
+	return cq, nil
+}
+
+// CQE returns the number of completions the CQ holds.
+func (cq *CQ) CQE() int { return cq.cq.Cap() }
+
+// Channel returns the completion channel the CQ reports events to, or nil.
+func (cq *CQ) Channel() *CompChannel { return cq.channel }
+
+// CompVector returns the completion vector the CQ was created on.
+func (cq *CQ) CompVector() int { return cq.vector }
+
+// Context returns the device the CQ belongs to.
+func (cq *CQ) Context() *Context { return cq.ctx }
+
+// pollChunk is how many completions PollCQ moves per step (on the stack, so polling
+// allocates nothing).
+const pollChunk = 16
+
+// PollCQ moves up to len(wc) completions into wc, oldest first, and returns how many.
+// When the CQ is empty it first lets the device process packets that are waiting (in the
+// calling goroutine), so a busy-polling consumer sees a completion as soon as its packet
+// arrives.
+func (cq *CQ) PollCQ(wc []WorkCompletion) int {
+	n := cq.poll(wc)
+	if n == 0 && len(wc) > 0 {
+		cq.cq.Progress()
+		n = cq.poll(wc)
+	}
+	return n
+}
+
+func (cq *CQ) poll(wc []WorkCompletion) int {
+	var buf [pollChunk]transport.CQE
+	total := 0
+	for total < len(wc) {
+		k := cq.cq.Poll(buf[:min(pollChunk, len(wc)-total)])
+		for i := 0; i < k; i++ {
+			e := &buf[i]
+			wc[total+i] = WorkCompletion{
+				WRID: e.WRID, Status: WCStatus(e.Status), Opcode: WCOpcode(e.Opcode), VendorErr: e.VendorErr,
+				ByteLen: e.ByteLen, ImmData: e.Imm, QPNum: e.QPN, SrcQP: e.SrcQP, WCFlags: WCFlags(e.Flags),
+			}
+		}
+		total += k
+		if k < pollChunk {
+			break
+		}
+	}
+	return total
+}
+
+// ReqNotifyCQ arms the CQ for one event on its channel: on the next completion, or with
+// solicitedOnly on the next solicited or error completion. Completions already in the
+// queue do not trigger it, so a consumer arms, then polls until empty, then waits.
+func (cq *CQ) ReqNotifyCQ(solicitedOnly bool) error {
+	if cq.channel == nil {
+		return fmt.Errorf("verbs: ReqNotifyCQ: %w: CQ has no completion channel", ErrInvalid)
+	}
+	cq.cq.Arm(solicitedOnly)
+	return nil
+}
+
+// AckCQEvents acknowledges n events GetCQEvent returned for this CQ.
+func (cq *CQ) AckCQEvents(n int) {
+	cq.mu.Lock()
+	cq.acked += n
+	if cq.acked > cq.taken {
+		cq.acked = cq.taken
+	}
+	cq.cond.Broadcast()
+	cq.mu.Unlock()
+}
+
+// ResizeCQ changes the CQ's capacity; it fails if more completions wait than would fit.
+func (cq *CQ) ResizeCQ(cqe int) error {
+	if cqe < 1 || cqe > maxCQE {
+		return fmt.Errorf("verbs: ResizeCQ: %w: cqe %d not in 1..%d", ErrInvalid, cqe, maxCQE)
+	}
+	if !cq.cq.Resize(cqe) {
+		return fmt.Errorf("verbs: ResizeCQ: %w: %d completions are waiting", ErrInvalid, cq.cq.Len())
+	}
+	return nil
+}
+
+// DestroyCQ destroys the CQ. It fails while QPs use it and, as ibv_destroy_cq, waits
+// until every event GetCQEvent returned for it was acknowledged.
+func (cq *CQ) DestroyCQ() error {
+	c := cq.ctx
+	c.mu.Lock()
+	if cq.dead {
+		c.mu.Unlock()
+		return fmt.Errorf("verbs: DestroyCQ: %w", ErrClosed)
+	}
+	if cq.users > 0 {
+		c.mu.Unlock()
+		return fmt.Errorf("verbs: DestroyCQ: %w: %d QPs use the CQ", ErrBusy, cq.users)
+	}
+	cq.dead = true
+	c.cqs--
+	c.mu.Unlock()
+	cq.cq.SetNotify(nil)
+	if cq.channel != nil {
+		cq.channel.detach(cq)
+	}
+	cq.mu.Lock()
+	for cq.acked < cq.taken {
+		cq.cond.Wait()
+	}
+	cq.mu.Unlock()
+	c.events.forget(cq)
+	return nil
+}
+
+// CompChannel is a completion channel (ibv_comp_channel): armed CQs report events to it.
+type CompChannel struct {
+	ctx   *Context
+	mu    sync.Mutex
+	q     []*CQ
+	ready chan struct{}
+	cqs   int
+	dead  bool
+}
+
+// CreateCompChannel creates a completion channel.
+func (c *Context) CreateCompChannel() (*CompChannel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return &CompChannel{ctx: c, ready: make(chan struct{}, 1)}, nil
+}
+
+func (ch *CompChannel) attach() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.dead {
+		return fmt.Errorf("completion channel was destroyed: %w", ErrClosed)
+	}
+	ch.cqs++
+	return nil
+}
+
+func (ch *CompChannel) detach(cq *CQ) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.cqs--
+	kept := ch.q[:0]
+	for _, x := range ch.q {
+		if x != cq {
+			kept = append(kept, x)
+		}
+	}
+	clear(ch.q[len(kept):])
+	ch.q = kept
+}
+
+// deliver queues an event for cq (called by the engine when an armed CQ fires).
+func (ch *CompChannel) deliver(cq *CQ) {
+	ch.mu.Lock()
+	ch.q = append(ch.q, cq)
+	ch.mu.Unlock()
+	select {
+	case ch.ready <- struct{}{}:
+	default:
+	}
+}
+
+// TryGetCQEvent returns the CQ of the next pending event, if any, without waiting.
+func (ch *CompChannel) TryGetCQEvent() (*CQ, bool) {
+	ch.mu.Lock()
+	if len(ch.q) == 0 {
+		ch.mu.Unlock()
+		return nil, false
+	}
+	cq := ch.q[0]
+	ch.q[0] = nil
+	ch.q = ch.q[1:]
+	if len(ch.q) > 0 {
+		select {
+		case ch.ready <- struct{}{}:
+		default:
+		}
+	}
+	ch.mu.Unlock()
+	cq.mu.Lock()
+	cq.taken++
+	cq.mu.Unlock()
+	return cq, true
+}
+
+// GetCQEvent waits for the next event and returns its CQ. The CQ must be re-armed with
+// ReqNotifyCQ for another event, and the event acknowledged with AckCQEvents.
+func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
+	for {
+		if cq, ok := ch.TryGetCQEvent(); ok {
+			return cq, nil
+		}
+		ch.mu.Lock()
+		dead := ch.dead
+		ch.mu.Unlock()
+		if dead || ch.ctx.isClosed() {
+			return nil, ErrClosed
+		}
+		select {
+		case <-ch.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// DestroyCompChannel destroys the channel; it fails while CQs use it.
+func (ch *CompChannel) DestroyCompChannel() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.dead {
+		return fmt.Errorf("verbs: DestroyCompChannel: %w", ErrClosed)
+	}
+	if ch.cqs > 0 {
+		return fmt.Errorf("verbs: DestroyCompChannel: %w: %d CQs use the channel", ErrBusy, ch.cqs)
+	}
+	ch.dead = true
+	select {
+	case ch.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/transport"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// DefaultPort is the RoCEv2 UDP port.
+const DefaultPort = wire.UDPPort
+
+// AnyPort in DeviceConfig.Port lets the kernel choose the device's UDP port (useful for
+// tests that run in parallel).
+const AnyPort = -1
+
+// FaultsEnv is the environment variable OpenDevice reads fault injection from when
+// DeviceConfig.Faults is nil, e.g. "loss=0.01,reorder=0.02,dup=0.005,corrupt=0.001,seed=7".
+const FaultsEnv = "SOFTRNIC_FAULTS"
+
+// Faults are probabilities applied independently to every datagram a device sends.
+// Corrupted datagrams have one bit flipped; the receiver's ICRC check drops them.
+type Faults struct {
+	Loss    float64
+	Reorder float64
+	Dup     float64
+	Corrupt float64
+	Seed    uint64
+}
+
+// ParseFaults parses the SOFTRNIC_FAULTS syntax.
+func ParseFaults(s string) (Faults, error) {
+	f, err := netio.ParseFaults(s)
+	return Faults(f), err
+}
+
+// DeviceConfig says which software device to open.
+type DeviceConfig struct {
+	// Addr is the device's IP address: its GID is this address (IPv4-mapped for IPv4).
+	// The zero value means 127.0.0.1. Several devices on one host use 127.0.0.1,
+	// 127.0.0.2, ...
+	Addr netip.Addr
+	// Port is the UDP port: 0 means 4791 (DefaultPort), AnyPort an ephemeral port.
+	Port int
+	// Faults injects faults into every datagram the device sends. Nil means: read
+	// SOFTRNIC_FAULTS from the environment; a pointer to the zero value means none.
+	Faults *Faults
+	// NumCompVectors is the number of completion vectors QueryDevice reports (default:
+	// the number of CPUs).
+	NumCompVectors int
+	// Window is the most unacknowledged packets a QP keeps in flight (default 128).
+	Window int
+	// SocketBuffer is the UDP socket's send and receive buffer in bytes (default 32 MiB).
+	SocketBuffer int
+	// DisableGSO and DisableGRO turn off UDP segmentation offload and receive coalescing.
+	DisableGSO, DisableGRO bool
+
+	filter netio.FilterFunc // exact per-packet faults, for this package's tests
+}
+
+// Device limits (what QueryDevice reports; all of them are enforced).
+const (
+	maxQP        = 65536
+	maxQPWR      = 16384
+	maxSGE       = 32
+	maxCQ        = 65536
+	maxCQE       = 1 << 20
+	maxMR        = 1 << 20
+	maxMRSize    = 1 << 40
+	maxPD        = 1 << 20
+	maxQPRdAtom  = 128
+	maxSRQ       = 65536
+	maxSRQWR     = 16384
+	maxInline    = 400
+	maxMsgSize   = transport.MaxMessage
+	vendorID     = 0x5354 // "ST"
+	vendorPartID = 0x0001
+)
+
+// AtomicCap says how atomics behave (ibv_atomic_cap).
+type AtomicCap int
+
+// Atomic capabilities.
+const (
+	AtomicNone AtomicCap = 0
+	AtomicHCA  AtomicCap = 1 // atomic among operations through this device
+	AtomicGlob AtomicCap = 2
+)
+
+// DeviceAttr are the device's capabilities and limits (ibv_device_attr).
+type DeviceAttr struct {
+	FWVer           string
+	NodeGUID        uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	MaxMRSize       uint64
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int // max_qp_rd_atom: responder resources per QP
+	MaxQPInitRdAtom int // max_qp_init_rd_atom: outstanding READ/atomic as initiator
+	MaxSRQ          int
+	MaxSRQWR        int
+	MaxSRQSGE       int
+	AtomicCap       AtomicCap
+	MaxInlineData   int
+	MaxMsgSize      uint64
+	NumCompVectors  int
+	PhysPortCnt     int
+}
+
+// Context is an open software RDMA device (ibv_context).
+type Context struct {
+	dev  *transport.Device
+	attr DeviceAttr
+	gid  GID
+
+	mu      sync.Mutex
+	nextPD  uint32
+	pds     int
+	cqs     int
+	mrs     int
+	qps     int
+	srqs    int
+	closed  bool
+	events  eventQueue
+}
+
+// OpenDevice opens a software RDMA device: a UDP socket on cfg.Addr and cfg.Port with
+// its own receive goroutine and timers.
+func OpenDevice(cfg DeviceConfig) (*Context, error) {
+	addr := cfg.Addr
+	if !addr.IsValid() {
+		addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	addr = addr.Unmap()
+	port := cfg.Port
+	switch {
+	case port == 0:
+		port = DefaultPort
+	case port == AnyPort:
+		port = 0
+	case port < 0 || port > 65535:
+		return nil, fmt.Errorf("verbs: UDP port %d out of range", cfg.Port)
+	}
+	var faults netio.Faults
+	if cfg.Faults != nil {
+		faults = netio.Faults(*cfg.Faults)
+	} else if env := os.Getenv(FaultsEnv); env != "" {
+		f, err := netio.ParseFaults(env)
+		if err != nil {
+			return nil, fmt.Errorf("verbs: %s: %w", FaultsEnv, err)
+		}
+		faults = f
+	}
+	if cfg.NumCompVectors <= 0 {
+		cfg.NumCompVectors = runtime.NumCPU()
+	}
+	d, err := transport.Open(transport.Config{
+		Local:        netip.AddrPortFrom(addr, uint16(port)),
+		Faults:       faults,
+		FaultFilter:  cfg.filter,
+		SocketBuffer: cfg.SocketBuffer,
+		DisableGSO:   cfg.DisableGSO,
+		DisableGRO:   cfg.DisableGRO,
+		MaxQP:        maxQP,
+		MaxMR:        maxMR,
+		Window:       cfg.Window,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verbs: open device: %w", err)
+	}
+	c := &Context{dev: d, gid: GIDFromAddr(addr), nextPD: 1}
+	c.events.init()
+	ip16 := addr.As16()
+	c.attr = DeviceAttr{
+		FWVer:           "softrnic 0.1",
+		NodeGUID:        uint64(ip16[12])<<24 | uint64(ip16[13])<<16 | uint64(ip16[14])<<8 | uint64(ip16[15]) | uint64(d.LocalAddr().Port())<<32,
+		VendorID:        vendorID,
+		VendorPartID:    vendorPartID,
+		MaxMRSize:       maxMRSize,
+		MaxQP:           maxQP,
+		MaxQPWR:         maxQPWR,
+		MaxSGE:          maxSGE,
+		MaxCQ:           maxCQ,
+		MaxCQE:          maxCQE,
+		MaxMR:           maxMR,
+		MaxPD:           maxPD,
+		MaxQPRdAtom:     maxQPRdAtom,
+		MaxQPInitRdAtom: maxQPRdAtom,
+		MaxSRQ:          maxSRQ,
+		MaxSRQWR:        maxSRQWR,
+		MaxSRQSGE:       maxSGE,
+		AtomicCap:       AtomicHCA,
+		MaxInlineData:   maxInline,
+		MaxMsgSize:      maxMsgSize,
+		NumCompVectors:  cfg.NumCompVectors,
+		PhysPortCnt:     1,
+	}
+	d.OnEvent = c.onEvent
+	return c, nil
+}
+
+// Close closes the device. Its QPs stop; objects created from it must not be used after.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.events.close()
+	return c.dev.Close()
+}
+
+// QueryDevice returns the device's attributes.
+func (c *Context) QueryDevice() DeviceAttr { return c.attr }
+
+// Addr returns the device's IP address and UDP port: where peers send to.
+func (c *Context) Addr() netip.AddrPort { return c.dev.LocalAddr() }
+
+// QueryGID returns the GID at index on port (the device has one port, 1, with one GID
+// at index 0: its IP address, IPv4-mapped for IPv4).
+func (c *Context) QueryGID(port uint8, index int) (GID, error) {
+	if port != 1 {
+		return GID{}, fmt.Errorf("%w: port %d (the device has port 1)", ErrInvalid, port)
+	}
+	if index != 0 {
+		return GID{}, fmt.Errorf("%w: GID index %d (the device has one GID, index 0)", ErrInvalid, index)
+	}
+	return c.gid, nil
+}
+
+// Errors.
+var (
+	// ErrInvalid is wrapped by errors for invalid arguments.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrBusy is wrapped by errors for objects that are still in use.
+	ErrBusy = errors.New("resource busy")
+	// ErrLimit is wrapped by errors for exceeded device limits.
+	ErrLimit = errors.New("device limit reached")
+	// ErrClosed is returned after the device or object was closed or destroyed.
+	ErrClosed = errors.New("device or object closed")
+)
+
+func (c *Context) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *Context) check() error {
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// GID is a 128-bit global identifier; for RoCEv2 an IPv6 address or an IPv4-mapped one.
+type GID [16]byte
+
+// GIDFromAddr returns the GID of an IP address.
+func GIDFromAddr(a netip.Addr) GID { return GID(a.As16()) }
+
+// Addr returns the IP address the GID stands for.
+func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
+
+// IsZero reports whether g is all zeros.
+func (g GID) IsZero() bool { return g == GID{} }
+
+// String formats the GID as an IP address.
+func (g GID) String() string { return g.Addr().String() }
+
+// AsyncEvent is an asynchronous event (ibv_async_event). Exactly the field for the
+// object kind of Type is set.
+type AsyncEvent struct {
+	Type EventType
+	QP   *QP
+	CQ   *CQ
+	// Detail says what happened, in words.
+	Detail string
+}
+
+// EventType is the kind of an asynchronous event, with libibverbs' values.
+type EventType int
+
+// Asynchronous event types.
+const (
+	EventCQErr           EventType = EventType(transport.EventCQErr)
+	EventQPFatal         EventType = EventType(transport.EventQPFatal)
+	EventQPReqErr        EventType = EventType(transport.EventQPReqErr)
+	EventQPAccessErr     EventType = EventType(transport.EventQPAccessErr)
+	EventCommEst         EventType = EventType(transport.EventCommEst)
+	EventSQDrained       EventType = EventType(transport.EventSQDrained)
+	EventDeviceFatal     EventType = EventType(transport.EventDeviceFatal)
+	EventSRQErr          EventType = EventType(transport.EventSRQErr)
+	EventSRQLimitReached EventType = EventType(transport.EventSRQLimit)
+	EventQPLastWQE       EventType = EventType(transport.EventQPLastWQE)
+)
+
+var eventNames = map[EventType]string{
+	EventCQErr: "CQ error", EventQPFatal: "local work queue catastrophic error",
+	EventQPReqErr: "invalid request local work queue error", EventQPAccessErr: "local access violation work queue error",
+	EventCommEst: "communication established", EventSQDrained: "send queue drained",
+	EventDeviceFatal: "local catastrophic error", EventSRQErr: "SRQ catastrophic error",
+	EventSRQLimitReached: "SRQ limit reached", EventQPLastWQE: "last WQE reached",
+}
+
+// String returns the event's description (as ibv_event_type_str).
+func (e EventType) String() string {
+	if s, ok := eventNames[e]; ok {
+		return s
+	}
+	return fmt.Sprintf("unknown event %d", int(e))
+}
+
+func (c *Context) onEvent(e transport.Event) {
+	ev := &AsyncEvent{Type: EventType(e.Type), Detail: e.Detail}
+	if e.QP != nil {
+		if q, ok := e.QP.Owner.(*QP); ok {
+			ev.QP = q
+		}
+	}
+	if e.CQ != nil {
+		if q, ok := e.CQ.Owner.(*CQ); ok {
+			ev.CQ = q
+		}
+	}
+	c.events.push(ev)
+}
+
+// GetAsyncEvent waits for the next asynchronous event. Each event must be acknowledged
+// with AckAsyncEvent; destroying the object it names waits for that.
+func (c *Context) GetAsyncEvent(ctx context.Context) (*AsyncEvent, error) {
+	return c.events.get(ctx)
+}
+
+// TryGetAsyncEvent returns the next asynchronous event if there is one.
+func (c *Context) TryGetAsyncEvent() (*AsyncEvent, bool) { return c.events.tryGet() }
+
+// AckAsyncEvent acknowledges an event returned by GetAsyncEvent or TryGetAsyncEvent.
+func (c *Context) AckAsyncEvent(ev *AsyncEvent) { c.events.ack(ev) }

@@ -1,0 +1,43 @@
+// Package verbs is softrnic's RDMA verbs API: the libibverbs programming model, written
+// the Go way, over a software RDMA NIC that speaks RoCEv2 on ordinary UDP sockets (no
+// cgo, no kernel module, no RDMA hardware).
+//
+// The objects and calls are the ones a verbs programmer knows:
+//
+//	ctx, _ := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+//	attr := ctx.QueryDevice()                 // ibv_query_device
+//	pd, _ := ctx.AllocPD()                    // ibv_alloc_pd
+//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+//	ch, _ := ctx.CreateCompChannel()          // ibv_create_comp_channel
+//	cq, _ := ctx.CreateCQ(256, ch, 0)         // ibv_create_cq
+//	qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ...})
+//	qp.ModifyQP(&attr, mask)                  // RESET -> INIT -> RTR -> RTS
+//	qp.PostRecv(wrs) / qp.PostSend(wrs)       // ibv_post_recv / ibv_post_send
+//	n := cq.PollCQ(wc)                        // ibv_poll_cq
+//	cq.ReqNotifyCQ(false); ch.GetCQEvent(ctx) // ibv_req_notify_cq / ibv_get_cq_event
+//
+// Errors are Go errors that say what was wrong (they wrap ErrInvalid, ErrBusy, ErrLimit or
+// ErrClosed); work completions carry libibverbs statuses. Post errors are *PostError and
+// name the refused work request.
+//
+// # Devices and addresses
+//
+// A device is one IP address and UDP port (4791 by default). A QP's address vector names
+// the peer device by GID (its IP address) and, as a softrnic extension, its UDP port. On
+// one host use 127.0.0.1, 127.0.0.2, ... as separate devices, or AnyPort.
+//
+// # Progress
+//
+// Each device has a receive goroutine that sleeps in the runtime's network poller and
+// processes every packet to completion (placement, ACKs, completions). PollCQ on an empty
+// queue also processes whatever packets are waiting, in the caller's goroutine, so a
+// busy-polling consumer sees completions without waiting for that goroutine to wake.
+//
+// # Memory
+//
+// Registered memory is a Go []byte kept referenced by its MR. RDMA addresses are IOVAs:
+// by default the buffer's virtual address (RegMR), or any base chosen with RegMRIOVA.
+// Every local and remote access is checked against the region's protection domain, key,
+// access rights and bounds. Atomics operate on 8-byte aligned words in host byte order
+// and are atomic with respect to other atomics through the same device (AtomicHCA).
+package verbs

@@ -1,0 +1,164 @@
+package verbs
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/softrnic/softrnic/internal/tpt"
+)
+
+// PD is a protection domain (ibv_pd): memory regions and QPs of one PD can only be used
+// together.
+type PD struct {
+	ctx   *Context
+	id    uint32
+	users int // MRs, QPs and SRQs allocated from it (guarded by ctx.mu)
+	dead  bool
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (*PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if c.pds >= maxPD {
+		return nil, fmt.Errorf("verbs: AllocPD: %w (max_pd %d)", ErrLimit, maxPD)
+	}
+	pd := &PD{ctx: c, id: c.nextPD}
+	c.nextPD++
+	c.pds++
+	return pd, nil
+}
+
+// DeallocPD frees the protection domain; it fails while MRs, QPs or SRQs use it.
+func (pd *PD) DeallocPD() error {
+	c := pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pd.dead {
+		return fmt.Errorf("verbs: DeallocPD: %w", ErrClosed)
+	}
+	if pd.users > 0 {
+		return fmt.Errorf("verbs: DeallocPD: %w: %d MRs, QPs or SRQs still use the PD", ErrBusy, pd.users)
+	}
+	pd.dead = true
+	c.pds--
+	return nil
+}
+
+// Context returns the device the PD belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+func (pd *PD) use() error {
+	c := pd.ctx
+	if err := c.check(); err != nil {
+		return err
+	}
+	if pd.dead {
+		return fmt.Errorf("protection domain was deallocated: %w", ErrClosed)
+	}
+	pd.users++
+	return nil
+}
+
+// AccessFlags are memory and QP access rights (ibv_access_flags values).
+type AccessFlags uint32
+
+// Access rights.
+const (
+	AccessLocalWrite   AccessFlags = 1
+	AccessRemoteWrite  AccessFlags = 2
+	AccessRemoteRead   AccessFlags = 4
+	AccessRemoteAtomic AccessFlags = 8
+)
+
+// MR is a registered memory region (ibv_mr). The memory stays referenced by the MR until
+// DeregMR; remote peers address it by IOVA and RKey.
+type MR struct {
+	pd   *PD
+	r    *tpt.Region
+	dead bool
+}
+
+// RegMR registers buf for access through the device. Its IOVA (the address peers use in
+// RDMA operations) is the buffer's virtual address. Remote write and remote atomic
+// access require local write, as in libibverbs.
+func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("verbs: RegMR: %w: empty buffer", ErrInvalid)
+	}
+	return pd.RegMRIOVA(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+}
+
+// RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova): peers address byte i of
+// buf as iova+i.
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("verbs: RegMR: %w: empty buffer", ErrInvalid)
+	}
+	if uint64(len(buf)) > maxMRSize {
+		return nil, fmt.Errorf("verbs: RegMR: %w: %d bytes exceed max_mr_size", ErrInvalid, len(buf))
+	}
+	c := pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := pd.use(); err != nil {
+		return nil, fmt.Errorf("verbs: RegMR: %w", err)
+	}
+	r, err := c.dev.MRs().Register(pd.id, buf, iova, tpt.Access(access))
+	if err != nil {
+		pd.users--
+		if err == tpt.ErrTooMany {
+			return nil, fmt.Errorf("verbs: RegMR: %w (max_mr %d)", ErrLimit, maxMR)
+		}
+		return nil, fmt.Errorf("verbs: RegMR: %w: %v", ErrInvalid, err)
+	}
+	c.mrs++
+	return &MR{pd: pd, r: r}, nil
+}
+
+// DeregMR deregisters the region: from now on its keys are invalid for local and remote
+// access.
+func (mr *MR) DeregMR() error {
+	c := mr.pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if mr.dead {
+		return fmt.Errorf("verbs: DeregMR: %w", ErrClosed)
+	}
+	if err := c.dev.MRs().Deregister(mr.r); err != nil {
+		return fmt.Errorf("verbs: DeregMR: %w", err)
+	}
+	mr.dead = true
+	mr.pd.users--
+	c.mrs--
+	return nil
+}
+
+// LKey returns the local key, used in SGEs.
+func (mr *MR) LKey() uint32 { return mr.r.Key() }
+
+// RKey returns the remote key, which peers use in RDMA operations.
+func (mr *MR) RKey() uint32 { return mr.r.Key() }
+
+// Addr returns the IOVA of the region's first byte.
+func (mr *MR) Addr() uint64 { return mr.r.IOVA() }
+
+// Len returns the region's length in bytes.
+func (mr *MR) Len() int { return mr.r.Len() }
+
+// Buf returns the registered memory.
+func (mr *MR) Buf() []byte { return mr.r.Buf() }
+
+// Access returns the access rights the region was registered with.
+func (mr *MR) Access() AccessFlags { return AccessFlags(mr.r.Access()) }
+
+// PD returns the protection domain the region belongs to.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// SGE returns a scatter/gather element for bytes [off, off+length) of the region.
+func (mr *MR) SGE(off, length int) SGE {
+	return SGE{Addr: mr.r.IOVA() + uint64(off), Length: uint32(length), LKey: mr.r.Key()}
+}

@@ -1,0 +1,467 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"github.com/softrnic/softrnic/internal/tpt"
+	"github.com/softrnic/softrnic/internal/transport"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// QPType is the transport service of a QP (ibv_qp_type values). softrnic implements
+// reliable connection.
+type QPType int
+
+// QP types.
+const (
+	QPTypeRC QPType = 2
+)
+
+// QPCap are a QP's queue sizes (ibv_qp_cap).
+type QPCap struct {
+	MaxSendWR     int
+	MaxRecvWR     int
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+}
+
+// QPInitAttr is what CreateQP takes (ibv_qp_init_attr).
+type QPInitAttr struct {
+	SendCQ *CQ
+	RecvCQ *CQ
+	Cap    QPCap
+	// QPType must be QPTypeRC; zero means QPTypeRC.
+	QPType QPType
+	// SQSigAll makes every send work request signaled.
+	SQSigAll bool
+}
+
+// QP is a reliable-connected queue pair (ibv_qp).
+type QP struct {
+	pd   *PD
+	qp   *transport.QP
+	init QPInitAttr
+	dead bool
+}
+
+// CreateQP creates an RC queue pair in the RESET state.
+func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
+	if attr == nil {
+		return nil, fmt.Errorf("verbs: CreateQP: %w: nil attributes", ErrInvalid)
+	}
+	a := *attr
+	if a.QPType == 0 {
+		a.QPType = QPTypeRC
+	}
+	if a.QPType != QPTypeRC {
+		return nil, fmt.Errorf("verbs: CreateQP: %w: QP type %d (only RC is supported)", ErrInvalid, a.QPType)
+	}
+	c := pd.ctx
+	if a.SendCQ == nil || a.RecvCQ == nil {
+		return nil, fmt.Errorf("verbs: CreateQP: %w: a send CQ and a receive CQ are required", ErrInvalid)
+	}
+	if a.SendCQ.ctx != c || a.RecvCQ.ctx != c {
+		return nil, fmt.Errorf("verbs: CreateQP: %w: CQ belongs to another device", ErrInvalid)
+	}
+	cp := &a.Cap
+	switch {
+	case cp.MaxSendWR < 1 || cp.MaxSendWR > maxQPWR:
+		return nil, fmt.Errorf("verbs: CreateQP: %w: max_send_wr %d not in 1..%d", ErrInvalid, cp.MaxSendWR, maxQPWR)
+	case cp.MaxRecvWR < 1 || cp.MaxRecvWR > maxQPWR:
+		return nil, fmt.Errorf("verbs: CreateQP: %w: max_recv_wr %d not in 1..%d", ErrInvalid, cp.MaxRecvWR, maxQPWR)
+	case cp.MaxSendSGE < 0 || cp.MaxSendSGE > maxSGE:
+		return nil, fmt.Errorf("verbs: CreateQP: %w: max_send_sge %d not in 0..%d", ErrInvalid, cp.MaxSendSGE, maxSGE)
+	case cp.MaxRecvSGE < 0 || cp.MaxRecvSGE > maxSGE:
+		return nil, fmt.Errorf("verbs: CreateQP: %w: max_recv_sge %d not in 0..%d", ErrInvalid, cp.MaxRecvSGE, maxSGE)
+	case cp.MaxInlineData < 0 || cp.MaxInlineData > maxInline:
+		return nil, fmt.Errorf("verbs: CreateQP: %w: max_inline_data %d not in 0..%d", ErrInvalid, cp.MaxInlineData, maxInline)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.SendCQ.dead || a.RecvCQ.dead {
+		return nil, fmt.Errorf("verbs: CreateQP: CQ was destroyed: %w", ErrClosed)
+	}
+	if c.qps >= maxQP {
+		return nil, fmt.Errorf("verbs: CreateQP: %w (max_qp %d)", ErrLimit, maxQP)
+	}
+	if err := pd.use(); err != nil {
+		return nil, fmt.Errorf("verbs: CreateQP: %w", err)
+	}
+	tq, err := c.dev.CreateQP(transport.QPConfig{
+		PD: pd.id, SendCQ: a.SendCQ.cq, RecvCQ: a.RecvCQ.cq,
+		MaxSendWR: cp.MaxSendWR, MaxRecvWR: cp.MaxRecvWR, MaxSendSGE: cp.MaxSendSGE,
+		MaxRecvSGE: cp.MaxRecvSGE, MaxInline: cp.MaxInlineData, SigAll: a.SQSigAll,
+	})
+	if err != nil {
+		pd.users--
+		return nil, fmt.Errorf("verbs: CreateQP: %w: %v", ErrLimit, err)
+	}
+	q := &QP{pd: pd, qp: tq, init: a}
+	tq.Owner = q
+	a.SendCQ.users++
+	a.RecvCQ.users++
+	c.qps++
+	return q, nil
+}
+
+// QPNum returns the QP number peers send to.
+func (q *QP) QPNum() uint32 { return q.qp.QPN() }
+
+// State returns the QP's current state.
+func (q *QP) State() QPState { return QPState(q.qp.State()) }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+// DestroyQP destroys the QP. Work still queued is dropped without completions, as
+// ibv_destroy_qp does; it waits until the QP's asynchronous events taken with
+// GetAsyncEvent were acknowledged.
+func (q *QP) DestroyQP() error {
+	c := q.pd.ctx
+	c.mu.Lock()
+	if q.dead {
+		c.mu.Unlock()
+		return fmt.Errorf("verbs: DestroyQP: %w", ErrClosed)
+	}
+	q.dead = true
+	q.init.SendCQ.users--
+	q.init.RecvCQ.users--
+	q.pd.users--
+	c.qps--
+	c.mu.Unlock()
+	q.qp.Destroy()
+	c.events.forget(q)
+	return nil
+}
+
+// QPState is a QP state (ibv_qp_state values).
+type QPState int
+
+// QP states.
+const (
+	StateReset QPState = QPState(transport.StateReset)
+	StateInit  QPState = QPState(transport.StateInit)
+	StateRTR   QPState = QPState(transport.StateRTR)
+	StateRTS   QPState = QPState(transport.StateRTS)
+	StateSQD   QPState = QPState(transport.StateSQD)
+	StateSQE   QPState = QPState(transport.StateSQE)
+	StateErr   QPState = QPState(transport.StateErr)
+)
+
+func (s QPState) String() string { return transport.QPState(s).String() }
+
+// MTU is a path MTU enum value (ibv_mtu).
+type MTU int
+
+// Path MTUs.
+const (
+	MTU256  MTU = wire.MTU256
+	MTU512  MTU = wire.MTU512
+	MTU1024 MTU = wire.MTU1024
+	MTU2048 MTU = wire.MTU2048
+	MTU4096 MTU = wire.MTU4096
+)
+
+// Bytes returns the MTU's payload size, or 0 for an invalid value.
+func (m MTU) Bytes() int { return wire.MTUBytes(uint8(m)) }
+
+// MTUFromBytes returns the MTU enum for 256, 512, 1024, 2048 or 4096.
+func MTUFromBytes(n int) (MTU, error) {
+	for m := MTU256; m <= MTU4096; m++ {
+		if m.Bytes() == n {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: MTU %d (want 256, 512, 1024, 2048 or 4096)", ErrInvalid, n)
+}
+
+// AHAttr is an address vector (ibv_ah_attr): where the peer QP is. For RoCEv2 the
+// destination GID is the peer device's IP address.
+type AHAttr struct {
+	DGID         GID
+	SGIDIndex    uint8
+	HopLimit     uint8
+	TrafficClass uint8
+	FlowLabel    uint32
+	SL           uint8
+	PortNum      uint8
+	IsGlobal     bool
+	// DestPort is the peer device's UDP port (a softrnic extension; 0 means 4791).
+	DestPort uint16
+}
+
+// QPAttr are QP attributes (ibv_qp_attr fields used by RC QPs).
+type QPAttr struct {
+	QPState          QPState
+	CurQPState       QPState
+	PathMTU          MTU
+	QPAccessFlags    AccessFlags
+	PKeyIndex        uint16
+	PortNum          uint8
+	AHAttr           AHAttr
+	DestQPNum        uint32
+	RQPSN            uint32
+	SQPSN            uint32
+	MaxRdAtomic      uint8 // outstanding READ/atomic as initiator
+	MaxDestRdAtomic  uint8 // READ/atomic responder resources
+	MinRNRTimer      uint8
+	Timeout          uint8
+	RetryCnt         uint8
+	RNRRetry         uint8
+	EnSQDAsyncNotify bool
+	Cap              QPCap // reported by QueryQP
+}
+
+// QPAttrMask selects the QPAttr fields ModifyQP applies (ibv_qp_attr_mask values).
+type QPAttrMask uint32
+
+// Attribute mask bits.
+const (
+	QPAttrState            QPAttrMask = QPAttrMask(transport.MaskState)
+	QPAttrCurState         QPAttrMask = QPAttrMask(transport.MaskCurState)
+	QPAttrEnSQDAsyncNotify QPAttrMask = QPAttrMask(transport.MaskEnSQDAsyncNotif)
+	QPAttrAccessFlags      QPAttrMask = QPAttrMask(transport.MaskAccessFlags)
+	QPAttrPKeyIndex        QPAttrMask = QPAttrMask(transport.MaskPKeyIndex)
+	QPAttrPort             QPAttrMask = QPAttrMask(transport.MaskPort)
+	QPAttrQKey             QPAttrMask = QPAttrMask(transport.MaskQKey)
+	QPAttrAV               QPAttrMask = QPAttrMask(transport.MaskAV)
+	QPAttrPathMTU          QPAttrMask = QPAttrMask(transport.MaskPathMTU)
+	QPAttrTimeout          QPAttrMask = QPAttrMask(transport.MaskTimeout)
+	QPAttrRetryCnt         QPAttrMask = QPAttrMask(transport.MaskRetryCnt)
+	QPAttrRNRRetry         QPAttrMask = QPAttrMask(transport.MaskRNRRetry)
+	QPAttrRQPSN            QPAttrMask = QPAttrMask(transport.MaskRQPSN)
+	QPAttrMaxQPRdAtomic    QPAttrMask = QPAttrMask(transport.MaskMaxQPRdAtomic)
+	QPAttrAltPath          QPAttrMask = QPAttrMask(transport.MaskAltPath)
+	QPAttrMinRNRTimer      QPAttrMask = QPAttrMask(transport.MaskMinRNRTimer)
+	QPAttrSQPSN            QPAttrMask = QPAttrMask(transport.MaskSQPSN)
+	QPAttrMaxDestRdAtomic  QPAttrMask = QPAttrMask(transport.MaskMaxDestRdAtomic)
+	QPAttrPathMigState     QPAttrMask = QPAttrMask(transport.MaskPathMigState)
+	QPAttrCap              QPAttrMask = QPAttrMask(transport.MaskCap)
+	QPAttrDestQPN          QPAttrMask = QPAttrMask(transport.MaskDestQPN)
+)
+
+// String names the mask's bits, e.g. "STATE|AV|PATH_MTU".
+func (m QPAttrMask) String() string { return transport.MaskString(uint32(m)) }
+
+// ModifyQP changes the QP's attributes and state with ibv_modify_qp's rules: each
+// transition requires and allows exactly the attributes the IBTA state table lists for
+// RC (RESET->INIT: PKEY_INDEX, PORT, ACCESS_FLAGS; INIT->RTR: AV, PATH_MTU, DEST_QPN,
+// RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER; RTR->RTS: TIMEOUT, RETRY_CNT, RNR_RETRY,
+// SQ_PSN, MAX_QP_RD_ATOMIC; any state -> RESET or ERR). An invalid mask, transition or
+// value is an error and changes nothing.
+func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
+	if attr == nil {
+		return fmt.Errorf("verbs: ModifyQP: %w: nil attributes", ErrInvalid)
+	}
+	ta := transport.Attr{
+		State: transport.QPState(attr.QPState), CurState: transport.QPState(attr.CurQPState),
+		PathMTU: uint8(attr.PathMTU), DestQPN: attr.DestQPNum, RQPSN: attr.RQPSN, SQPSN: attr.SQPSN,
+		MaxRdAtomic: attr.MaxRdAtomic, MaxDestRdAtomic: attr.MaxDestRdAtomic, MinRNRTimer: attr.MinRNRTimer,
+		Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
+		Access: tpt.Access(attr.QPAccessFlags), PKeyIndex: attr.PKeyIndex, Port: attr.PortNum,
+		SQDNotify: attr.EnSQDAsyncNotify,
+	}
+	if attr.QPState < StateReset || attr.QPState > StateErr {
+		ta.State = 255
+	}
+	if mask&QPAttrAV != 0 {
+		ah := &attr.AHAttr
+		if ah.DGID.IsZero() {
+			return fmt.Errorf("verbs: ModifyQP: %w: address vector has no destination GID", ErrInvalid)
+		}
+		port := ah.DestPort
+		if port == 0 {
+			port = DefaultPort
+		}
+		ta.Peer = netip.AddrPortFrom(ah.DGID.Addr(), port)
+	}
+	if mask&QPAttrPort != 0 && attr.PortNum == 0 {
+		return fmt.Errorf("verbs: ModifyQP: %w: port_num 0 (the device's port is 1)", ErrInvalid)
+	}
+	if err := q.qp.Modify(&ta, uint32(mask), transport.Limits{MaxRdAtomic: maxQPRdAtom, MaxDestRdAtomic: maxQPRdAtom}); err != nil {
+		return fmt.Errorf("verbs: ModifyQP: %w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// QueryQP returns the QP's attributes and creation attributes.
+func (q *QP) QueryQP() (QPAttr, QPInitAttr) {
+	a := q.qp.Query()
+	attr := QPAttr{
+		QPState: QPState(a.State), CurQPState: QPState(a.State), PathMTU: MTU(a.PathMTU),
+		QPAccessFlags: AccessFlags(a.Access), PKeyIndex: a.PKeyIndex, PortNum: a.Port,
+		DestQPNum: a.DestQPN, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
+		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Cap: q.init.Cap,
+	}
+	if a.Peer.IsValid() {
+		attr.AHAttr = AHAttr{DGID: GIDFromAddr(a.Peer.Addr()), DestPort: a.Peer.Port(), PortNum: 1, IsGlobal: true}
+	}
+	return attr, q.init
+}
+
+// WROpcode is a send work request's operation (ibv_wr_opcode values).
+type WROpcode int
+
+// Send work request opcodes.
+const (
+	WRRDMAWrite         WROpcode = WROpcode(transport.WRWrite)
+	WRRDMAWriteWithImm  WROpcode = WROpcode(transport.WRWriteImm)
+	WRSend              WROpcode = WROpcode(transport.WRSend)
+	WRSendWithImm       WROpcode = WROpcode(transport.WRSendImm)
+	WRRDMARead          WROpcode = WROpcode(transport.WRRead)
+	WRAtomicCmpAndSwp   WROpcode = WROpcode(transport.WRAtomicCmpSwap)
+	WRAtomicFetchAndAdd WROpcode = WROpcode(transport.WRAtomicFetch)
+)
+
+// SendFlags modify a send work request (ibv_send_flags values).
+type SendFlags uint32
+
+// Send flags.
+const (
+	SendFence     SendFlags = SendFlags(transport.FlagFence)     // wait for earlier READs and atomics
+	SendSignaled  SendFlags = SendFlags(transport.FlagSignaled)  // generate a completion
+	SendSolicited SendFlags = SendFlags(transport.FlagSolicited) // set the solicited event bit
+	SendInline    SendFlags = SendFlags(transport.FlagInline)    // copy the data at post time
+)
+
+// SGE is a scatter/gather element (ibv_sge): Length bytes at Addr (an IOVA) of the
+// region with LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request (ibv_send_wr, with the rdma and atomic fields flattened).
+type SendWR struct {
+	WRID      uint64
+	SGList    []SGE
+	Opcode    WROpcode
+	SendFlags SendFlags
+	ImmData   uint32 // host byte order; sent big-endian
+	// RemoteAddr and RKey address the peer's memory for RDMA and atomic operations.
+	RemoteAddr uint64
+	RKey       uint32
+	// CompareAdd is the compare value of CmpAndSwp or the addend of FetchAndAdd; Swap is
+	// CmpAndSwp's new value.
+	CompareAdd uint64
+	Swap       uint64
+}
+
+// RecvWR is a receive work request (ibv_recv_wr).
+type RecvWR struct {
+	WRID   uint64
+	SGList []SGE
+}
+
+// PostError says which work request of a post was refused and why. The ones before it
+// were posted; it and the ones after were not.
+type PostError struct {
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string { return fmt.Sprintf("verbs: work request %d refused: %v", e.Index, e.Err) }
+
+// Unwrap returns the reason.
+func (e *PostError) Unwrap() error { return e.Err }
+
+// postChunk is how many work requests are converted per step (on the stack).
+const postChunk = 16
+
+func tsges(s []SGE) []transport.SGE {
+	return unsafe.Slice((*transport.SGE)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
+}
+
+// PostSend posts send work requests. A *PostError says which one was refused.
+func (q *QP) PostSend(wrs []SendWR) error {
+	var buf [postChunk]transport.SendWR
+	for done := 0; done < len(wrs); {
+		n := min(postChunk, len(wrs)-done)
+		for i := 0; i < n; i++ {
+			w := &wrs[done+i]
+			if w.Opcode < WRRDMAWrite || w.Opcode > WRAtomicFetchAndAdd {
+				if posted, err := q.qp.PostSend(buf[:i]); err != nil {
+					return &PostError{Index: done + posted, Err: err}
+				}
+				return &PostError{Index: done + i, Err: fmt.Errorf("%w: opcode %d", ErrInvalid, w.Opcode)}
+			}
+			buf[i] = transport.SendWR{
+				WRID: w.WRID, SG: tsges(w.SGList), Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
+				Imm: w.ImmData, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap,
+			}
+		}
+		posted, err := q.qp.PostSend(buf[:n])
+		clear(buf[:n])
+		if err != nil {
+			return &PostError{Index: done + posted, Err: err}
+		}
+		done += n
+	}
+	return nil
+}
+
+// PostRecv posts receive work requests. A *PostError says which one was refused.
+func (q *QP) PostRecv(wrs []RecvWR) error {
+	var buf [postChunk]transport.RecvWR
+	for done := 0; done < len(wrs); {
+		n := min(postChunk, len(wrs)-done)
+		for i := 0; i < n; i++ {
+			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: tsges(wrs[done+i].SGList)}
+		}
+		posted, err := q.qp.PostRecv(buf[:n])
+		clear(buf[:n])
+		if err != nil {
+			return &PostError{Index: done + posted, Err: err}
+		}
+		done += n
+	}
+	return nil
+}
+
+// Counters are packet counters of a QP or a device.
+type Counters struct {
+	TxPackets, TxBytes uint64
+	RxPackets, RxBytes uint64
+	Retransmits        uint64 // request packets sent again
+	NAKsSent           uint64 // NAKs sent (PSN sequence error, invalid request, access, operational)
+	NAKsReceived       uint64
+	RNRNAKsSent        uint64
+	RNRNAKsReceived    uint64
+	Duplicates         uint64 // duplicate requests and responses received
+	OutOfSequence      uint64 // requests ahead of the expected PSN, responses out of order
+	Timeouts           uint64 // local ACK timeouts
+	WrongSource        uint64 // packets from an address other than the QP's peer
+	Dropped            uint64 // packets dropped for the QP's state or a protocol violation
+	ICRCErrors         uint64 // device only: bad ICRC
+	Malformed          uint64 // device only: undecodable header or bad P_Key
+	UnknownQP          uint64 // device only: no such destination QP
+	// Device only: what fault injection did to outgoing datagrams.
+	FaultsLost, FaultsReordered, FaultsDuplicated, FaultsCorrupted uint64
+}
+
+func countersFrom(s transport.Stats) Counters {
+	return Counters{
+		TxPackets: s.TxPackets, TxBytes: s.TxBytes, RxPackets: s.RxPackets, RxBytes: s.RxBytes,
+		Retransmits: s.Retransmits, NAKsSent: s.NAKsSent, NAKsReceived: s.NAKsRecv,
+		RNRNAKsSent: s.RNRNAKsSent, RNRNAKsReceived: s.RNRNAKsRecv, Duplicates: s.Duplicates,
+		OutOfSequence: s.OutOfSequence, Timeouts: s.Timeouts, WrongSource: s.WrongSource,
+		Dropped: s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
+	}
+}
+
+// Counters returns the QP's packet counters.
+func (q *QP) Counters() Counters { return countersFrom(q.qp.Stats()) }
+
+// Counters returns the device's packet counters (sums over its QPs, live and destroyed,
+// plus receive-path drops and fault injection).
+func (c *Context) Counters() Counters {
+	k := countersFrom(c.dev.Stats())
+	f := c.dev.Conn().FaultCounters()
+	k.FaultsLost, k.FaultsReordered, k.FaultsDuplicated, k.FaultsCorrupted = f.Lost, f.Reordered, f.Duplicated, f.Corrupted
+	return k
+}
