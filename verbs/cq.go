@@ -110,12 +110,12 @@ type CQ struct {
 	channel *CompChannel
 	vector  int
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	users    int // QPs using the CQ (guarded by ctx.mu)
-	dead     bool
-	taken    int // events GetCQEvent returned for this CQ
-	acked    int
+	mu    sync.Mutex
+	cond  *sync.Cond
+	users int // QPs using the CQ (guarded by ctx.mu)
+	dead  bool
+	taken int // events GetCQEvent returned for this CQ
+	acked int
 }
 
 // CreateCQ creates a completion queue with room for at least cqe completions. Events go

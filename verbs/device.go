@@ -126,15 +126,15 @@ type Context struct {
 	attr DeviceAttr
 	gid  GID
 
-	mu      sync.Mutex
-	nextPD  uint32
-	pds     int
-	cqs     int
-	mrs     int
-	qps     int
-	srqs    int
-	closed  bool
-	events  eventQueue
+	mu     sync.Mutex
+	nextPD uint32
+	pds    int
+	cqs    int
+	mrs    int
+	qps    int
+	srqs   int
+	closed bool
+	events eventQueue
 }
 
 // OpenDevice opens a software RDMA device: a UDP socket on cfg.Addr and cfg.Port with

@@ -365,7 +365,9 @@ type PostError struct {
 	Err   error
 }
 
-func (e *PostError) Error() string { return fmt.Sprintf("verbs: work request %d refused: %v", e.Index, e.Err) }
+func (e *PostError) Error() string {
+	return fmt.Sprintf("verbs: work request %d refused: %v", e.Index, e.Err)
+}
 
 // Unwrap returns the reason.
 func (e *PostError) Unwrap() error { return e.Err }

@@ -112,15 +112,15 @@ type injector struct {
 	filter FilterFunc
 	c      *Conn
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	held    []held
-	out     [][]byte
-	dsts    []*Addr
-	msgs    []mmsghdr
-	iovs    []unix.Iovec
-	done    chan struct{}
-	once    sync.Once
+	mu   sync.Mutex
+	rng  *rand.Rand
+	held []held
+	out  [][]byte
+	dsts []*Addr
+	msgs []mmsghdr
+	iovs []unix.Iovec
+	done chan struct{}
+	once sync.Once
 
 	lost, reordered, duplicated, corrupted atomic.Uint64
 }

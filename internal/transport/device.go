@@ -38,6 +38,11 @@ type Config struct {
 	ReadChunk int
 	// RecvBatch is the number of datagrams per recvmmsg (default 32).
 	RecvBatch int
+	// BusyPoll is how long the receive goroutine keeps polling the socket after the last
+	// packet it received before it sleeps in the network poller (default 50 µs; negative:
+	// never). Waking a sleeping goroutine (and an idle CPU) costs several microseconds per
+	// packet; while traffic flows, polling avoids that.
+	BusyPoll time.Duration
 }
 
 // Device is one software RNIC: a UDP socket, its QPs, memory regions and timers.
@@ -66,7 +71,12 @@ type Device struct {
 	kickList []*QP
 	respList []*QP
 	owned    []*QP
-	rx       rxStats
+	deferred []*QP // QPs with an ACK held back (see Progress)
+	// The spare halves of kickList and respList, swapped in so draining a list does not
+	// allocate a new one.
+	kickSpare, respSpare []*QP
+	polling              bool // the receive path runs in a polling consumer's goroutine
+	rx                   rxStats
 
 	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
 
@@ -93,6 +103,7 @@ const (
 	DefaultReadChunk   = 64
 	DefaultMaxQP       = 65536
 	DefaultMaxMR       = 1 << 20
+	DefaultBusyPoll    = 50 * time.Microsecond
 	outPkts            = 256
 	outIovs            = 2048
 	outArena           = outPkts * 96
@@ -124,6 +135,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.RecvBatch <= 0 {
 		cfg.RecvBatch = 32
+	}
+	if cfg.BusyPoll == 0 {
+		cfg.BusyPoll = DefaultBusyPoll
 	}
 	conn, err := netio.Listen(netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
@@ -244,9 +258,12 @@ func (d *Device) rxLoop() {
 	_ = d.conn.Serve(d.rxReady)
 }
 
-// rxReady drains the socket. It returns true to stop serving (device closed).
+// rxReady drains the socket, then keeps polling for up to BusyPoll after the last packet
+// it found before going back to sleep. It returns true to stop serving (device closed).
 func (d *Device) rxReady() bool {
+	spin := int64(d.cfg.BusyPoll)
 	d.rxMu.Lock()
+	last := d.now()
 	for i := 1; ; i++ {
 		if d.closed.Load() {
 			d.rxMu.Unlock()
@@ -257,13 +274,15 @@ func (d *Device) rxReady() bool {
 			d.rxMu.Unlock()
 			return errors.Is(err, netio.ErrClosed)
 		}
-		if n == 0 {
+		if n > 0 {
+			d.processBatch(n)
+			last = d.now()
+		} else if spin <= 0 || d.now()-last >= spin {
 			d.rxMu.Unlock()
 			return false
 		}
-		d.processBatch(n)
-		if i%8 == 0 {
-			// Let a polling consumer in now and then.
+		if n == 0 || i%8 == 0 {
+			// Let a polling consumer (and other goroutines) in.
 			d.rxMu.Unlock()
 			runtime.Gosched()
 			d.rxMu.Lock()
@@ -279,11 +298,85 @@ func (d *Device) Progress() {
 		return
 	}
 	if !d.closed.Load() {
+		d.flushDeferred()
+		if heldAcks.Load() > 0 {
+			d.flushOtherDevices()
+		}
 		if n, _ := d.conn.Poll(d.rxBatch); n > 0 {
+			d.polling = true
 			d.processBatch(n)
+			d.polling = false
 		}
 	}
 	d.rxMu.Unlock()
+}
+
+// ackDelay bounds how long an ACK is held back for piggybacking.
+const ackDelay = 100 * time.Microsecond
+
+// Devices holding back ACKs, process-wide: a goroutine polling one device also flushes
+// the others', so a consumer that drives several devices (or polls a CQ of another
+// device next) does not leave a peer waiting for ackDelay.
+var (
+	heldAcks    atomic.Int32
+	heldAcksMu  sync.Mutex
+	heldAcksSet = map[*Device]struct{}{}
+)
+
+func (d *Device) noteDeferred() {
+	if len(d.deferred) == 1 {
+		heldAcksMu.Lock()
+		heldAcksSet[d] = struct{}{}
+		heldAcksMu.Unlock()
+		heldAcks.Add(1)
+	}
+}
+
+// flushOtherDevices flushes held-back ACKs of devices other than d.
+func (d *Device) flushOtherDevices() {
+	heldAcksMu.Lock()
+	var others [8]*Device
+	n := 0
+	for o := range heldAcksSet {
+		if o != d && n < len(others) {
+			others[n] = o
+			n++
+		}
+	}
+	heldAcksMu.Unlock()
+	for _, o := range others[:n] {
+		if o.rxMu.TryLock() {
+			o.flushDeferred()
+			o.rxMu.Unlock()
+		}
+	}
+}
+
+// flushDeferred sends ACKs still held back (rxMu held).
+func (d *Device) flushDeferred() {
+	if len(d.deferred) == 0 {
+		return
+	}
+	for _, q := range d.deferred {
+		q.mu.Lock()
+		if q.resp.ackDeferred && q.resp.ackPending {
+			if !d.rxOut.Room(2, 64) {
+				q.mu.Unlock()
+				d.flushOut()
+				q.mu.Lock()
+			}
+			q.sendAck(d.rxOut)
+		}
+		q.resp.ackDeferred = false
+		q.mu.Unlock()
+	}
+	clear(d.deferred)
+	d.deferred = d.deferred[:0]
+	heldAcksMu.Lock()
+	delete(heldAcksSet, d)
+	heldAcksMu.Unlock()
+	heldAcks.Add(-1)
+	d.flushOut()
 }
 
 // processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
@@ -347,7 +440,7 @@ func (d *Device) finishBatch() {
 		// Read and atomic responses first: they must precede ACKs of later requests.
 		for len(d.respList) > 0 {
 			list := d.respList
-			d.respList = nil
+			d.respList, d.respSpare = d.respSpare[:0], list
 			for _, q := range list {
 				q.mu.Lock()
 				q.resp.queued = false
@@ -364,6 +457,19 @@ func (d *Device) finishBatch() {
 			q.mu.Lock()
 			q.resp.ackQueued = false
 			if q.resp.ackPending && !q.resp.pumping() {
+				if d.polling {
+					// A consumer is polling in this goroutine and will likely post next:
+					// let the ACK ride along with that send (see QP.fill).
+					if !q.resp.ackDeferred {
+						q.resp.ackDeferred = true
+						q.resp.ackAt = d.now() + int64(ackDelay)
+						d.deferred = append(d.deferred, q)
+						d.noteDeferred()
+						d.timers.arm(q, q.resp.ackAt)
+					}
+					q.mu.Unlock()
+					continue
+				}
 				if !d.rxOut.Room(2, 64) {
 					q.mu.Unlock()
 					d.flushOut()
@@ -376,6 +482,9 @@ func (d *Device) finishBatch() {
 		d.ackList = d.ackList[:0]
 		d.runKicks()
 	}
+	if !d.polling {
+		d.flushDeferred()
+	}
 	d.flushOut()
 }
 
@@ -384,7 +493,7 @@ func (d *Device) finishBatch() {
 func (d *Device) runKicks() {
 	for len(d.kickList) > 0 {
 		list := d.kickList
-		d.kickList = nil
+		d.kickList, d.kickSpare = d.kickSpare[:0], list
 		for _, q := range list {
 			q.mu.Lock()
 			q.kickQueued = false

@@ -57,6 +57,9 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 	if q.state != StateRTS && q.state != StateSQD {
 		return false
 	}
+	if q.resp.ackDeferred && q.resp.ackPending && b.Room(2, 64) {
+		q.sendAck(b) // the held-back ACK rides along with the requests
+	}
 	r := &q.req
 	if r.rnrWait {
 		return false
@@ -307,15 +310,41 @@ func (q *QP) rewind(psn uint32) {
 	r.curPSN = r.nextPSN
 }
 
+// flushAckLocked sends a held-back ACK from a goroutine other than the receive path
+// (q.mu held; released around the send).
+func (q *QP) flushAckLocked() {
+	if !q.resp.ackPending {
+		q.resp.ackDeferred = false
+		return
+	}
+	b := q.dev.getBatch()
+	q.sendAck(b)
+	q.mu.Unlock()
+	_ = q.dev.conn.Send(b)
+	q.dev.putBatch(b)
+	q.mu.Lock()
+}
+
 // onTimer runs when the QP's timer deadline passes (timer goroutine, no locks held).
 func (q *QP) onTimer() {
 	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return
+	}
+	now := q.dev.now()
+	if q.resp.ackDeferred {
+		if now >= q.resp.ackAt {
+			q.flushAckLocked() // releases and retakes q.mu
+		} else {
+			q.dev.timers.arm(q, q.resp.ackAt)
+		}
+	}
 	if q.destroyed || (q.state != StateRTS && q.state != StateSQD) {
 		q.mu.Unlock()
 		return
 	}
 	r := &q.req
-	now := q.dev.now()
 	kick := false
 	if r.rnrWait {
 		if now >= r.rnrUntil {

@@ -43,10 +43,14 @@ type responder struct {
 	nakSent    bool // a NAK for epsn went out; stay quiet until epsn arrives
 	ackPending bool
 	ackQueued  bool
-	queued     bool
-	res        []respResource
-	resNext    int
-	pend       []int // resources with responses to send, in PSN order
+	// ackDeferred: the ACK was held back to ride along with the consumer's next send on
+	// this QP (or the next poll, or the timer at ackAt).
+	ackDeferred bool
+	ackAt       int64
+	queued      bool
+	res         []respResource
+	resNext     int
+	pend        []int // resources with responses to send, in PSN order
 }
 
 func (rs *responder) init() {
@@ -482,7 +486,7 @@ func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 
 // sendAck sends the coalesced ACK for everything up to epsn-1.
 func (q *QP) sendAck(b *netio.SendBatch) {
-	q.resp.ackPending = false
+	q.resp.ackPending, q.resp.ackDeferred = false, false
 	q.sendAETH(b, wire.AETHAck|wire.NoCredits, wire.PSNAdd(q.resp.epsn, wire.PSNMask))
 }
 

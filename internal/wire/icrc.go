@@ -74,12 +74,23 @@ func (f *Flow) prefix(buf *[pseudoLen]byte, bth []byte, tlen int) int {
 	return o + BTHLen
 }
 
+// crcSmall is CRC-32 (IEEE) over a short buffer, byte at a time. It is used for the
+// pseudo-header, which lives on the stack: handing it to crc32.Update (an indirect call)
+// would move it to the heap on every packet.
+func crcSmall(crc uint32, p []byte) uint32 {
+	crc = ^crc
+	for _, b := range p {
+		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
+}
+
 // ICRC returns the invariant CRC of pkt, which runs from the BTH to the end of the payload
 // and pad, without the 4 ICRC bytes.
 func (f *Flow) ICRC(pkt []byte) uint32 {
 	var buf [pseudoLen]byte
 	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
-	c := crc32.Update(0, crc32.IEEETable, buf[:n])
+	c := crcSmall(0, buf[:n])
 	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
 }
 
@@ -92,7 +103,7 @@ func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {
 	}
 	var buf [pseudoLen]byte
 	n := f.prefix(&buf, hdr, tlen)
-	c := crc32.Update(0, crc32.IEEETable, buf[:n])
+	c := crcSmall(0, buf[:n])
 	c = crc32.Update(c, crc32.IEEETable, hdr[BTHLen:])
 	for _, p := range payload {
 		c = crc32.Update(c, crc32.IEEETable, p)

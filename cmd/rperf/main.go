@@ -1,0 +1,243 @@
+// Command rperf is softrnic's perftest: RDMA bandwidth and latency benchmarks over the
+// verbs API.
+//
+//	rperf                        a short loopback suite (both sides in this process)
+//	rperf TEST --loopback        one test in this process (devices 127.0.0.1 and 127.0.0.2)
+//	rperf TEST                   server: waits for a client on TCP port 18515
+//	rperf TEST HOST              client: connects to the server on HOST
+//
+// Tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_lat. Bandwidth is in
+// MiB/s; latency in microseconds (one way for send_lat and write_lat, the whole operation
+// for read_lat and atomic_lat), as perftest reports them.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+
+	"github.com/softrnic/softrnic/internal/perf"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+type options struct {
+	cfg      perf.Config
+	size     string
+	all      bool
+	loopback bool
+	stats    bool
+	json     bool
+	port     int
+	devAddr  string
+	faults   string
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("rperf", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `usage:
+  rperf                      run the loopback suite
+  rperf TEST --loopback      run one test in this process
+  rperf TEST                 serve one client (TCP port %d)
+  rperf TEST HOST            run TEST against the server on HOST
+tests: %s
+flags:
+`, perf.DefaultControlPort, strings.Join(perf.Tests, " "))
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.size, "s", "", "message size in bytes (suffixes K, M; default 65536 for _bw, 8 for _lat)")
+	fs.IntVar(&o.cfg.Iters, "n", 0, "iterations (default 5000 for _bw, 10000 for _lat)")
+	fs.BoolVar(&o.all, "a", false, "run all sizes from 2 B to 8 MiB")
+	fs.IntVar(&o.cfg.MTU, "mtu", 4096, "path MTU: 256, 512, 1024, 2048 or 4096")
+	fs.IntVar(&o.cfg.QPs, "qps", 1, "number of queue pairs (bandwidth tests)")
+	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
+	fs.BoolVar(&o.cfg.Check, "check", false, "verify every byte received or read")
+	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object per result")
+	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process")
+	fs.IntVar(&o.port, "p", perf.DefaultControlPort, "TCP port of the control connection")
+	fs.StringVar(&o.devAddr, "dev-addr", "", "IP address of this side's device (default: the control connection's local address)")
+	fs.StringVar(&o.faults, "faults", "", "fault injection, e.g. loss=0.01,reorder=0.02 (default: $SOFTRNIC_FAULTS)")
+	var timeout uint
+	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+
+	// Flags may come before or after the positional arguments.
+	var pos []string
+	args := os.Args[1:]
+	for {
+		if err := fs.Parse(args); err != nil {
+			os.Exit(2)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	o.cfg.Timeout = uint8(timeout)
+	if o.faults != "" {
+		f, err := verbs.ParseFaults(o.faults)
+		if err != nil {
+			fatal(err)
+		}
+		o.cfg.Faults = &f
+	}
+	if o.size != "" {
+		n, err := parseSize(o.size)
+		if err != nil {
+			fatal(err)
+		}
+		o.cfg.Size = n
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(&o, pos); err != nil {
+		pprof.StopCPUProfile()
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "rperf:", err)
+	os.Exit(1)
+}
+
+func parseSize(s string) (int, error) {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
+		mult, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mult, nil
+}
+
+// suite is what rperf runs with no arguments: each test once, short.
+var suite = []perf.Config{
+	{Test: "write_bw", Size: 65536, Iters: 20000},
+	{Test: "write_bw", Size: 1 << 20, Iters: 2000},
+	{Test: "read_bw", Size: 65536, Iters: 20000},
+	{Test: "send_bw", Size: 65536, Iters: 20000},
+	{Test: "send_bw", Size: 8, Iters: 200000},
+	{Test: "write_lat", Size: 8, Iters: 20000},
+	{Test: "read_lat", Size: 8, Iters: 20000},
+	{Test: "send_lat", Size: 8, Iters: 20000},
+	{Test: "atomic_lat", Size: 8, Iters: 20000},
+}
+
+func run(o *options, pos []string) error {
+	var devAddr netip.Addr
+	if o.devAddr != "" {
+		a, err := netip.ParseAddr(o.devAddr)
+		if err != nil {
+			return err
+		}
+		devAddr = a
+	}
+	printer := newPrinter(o)
+	if len(pos) == 0 {
+		fmt.Fprintln(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process); `rperf -h` for more")
+		for _, c := range suite {
+			c.MTU, c.Check, c.Timeout, c.Faults = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults
+			if o.cfg.Iters > 0 {
+				c.Iters = o.cfg.Iters
+			}
+			r, err := perf.RunLoopback(c, perf.DefaultAddrs, o.stats)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.Test, err)
+			}
+			printer.print(r)
+		}
+		return nil
+	}
+	if len(pos) > 2 {
+		return fmt.Errorf("too many arguments: %q", pos)
+	}
+	o.cfg.Test = pos[0]
+	sizes := []int{o.cfg.Size}
+	if o.all {
+		sizes = nil
+		for n := 2; n <= 8<<20; n *= 2 {
+			sizes = append(sizes, n)
+		}
+	}
+	for _, size := range sizes {
+		c := o.cfg
+		c.Size = size
+		if o.all && c.Iters == 0 {
+			c.Iters = max(100, min(5000, (256<<20)/size))
+		}
+		var r perf.Result
+		var err error
+		switch {
+		case o.loopback:
+			r, err = perf.RunLoopback(c, perf.DefaultAddrs, o.stats)
+		case len(pos) == 1:
+			c.Defaults()
+			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d\n", c.Test, o.port)
+			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, o.stats, nil)
+		default:
+			r, err = perf.RunClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
+		}
+		if err != nil {
+			return err
+		}
+		printer.print(r)
+	}
+	return nil
+}
+
+type printer struct {
+	o      *options
+	header bool
+	enc    *json.Encoder
+}
+
+func newPrinter(o *options) *printer {
+	return &printer{o: o, enc: json.NewEncoder(os.Stdout)}
+}
+
+func (p *printer) print(r perf.Result) {
+	if p.o.json {
+		_ = p.enc.Encode(r)
+		return
+	}
+	if !p.header {
+		fmt.Println(perf.Header())
+		p.header = true
+	}
+	fmt.Println(r.Row())
+	if p.o.stats && r.Counters != nil {
+		for _, side := range []struct {
+			name string
+			c    verbs.Counters
+		}{{"client", r.Counters.Client}, {"server", r.Counters.Server}} {
+			c := side.c
+			fmt.Printf("  %-6s tx %d pkts %d B, rx %d pkts %d B, retransmits %d, NAKs sent/recv %d/%d, RNR NAKs sent/recv %d/%d, dup %d, out-of-seq %d, timeouts %d, ICRC err %d, malformed %d, faults lost/reord/dup/corrupt %d/%d/%d/%d\n",
+				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
+				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,
+				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package perf
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// postBatch is the most work requests posted to one QP in one PostSend call.
+const postBatch = 16
+
+// wrid packs the first iteration a signaled work request accounts for and how many
+// iterations (one per QP stride) it covers.
+func wrid(first, count int) uint64 { return uint64(first)<<16 | uint64(count) }
+
+func unwrid(id uint64) (first, count int) { return int(id >> 16), int(id & 0xFFFF) }
+
+// runBWClient runs the active side of write_bw, read_bw and send_bw.
+func runBWClient(s *side, peer Info) (Result, error) {
+	c := s.cfg
+	nqp := len(s.qps)
+	depth := min(c.TxDepth, s.perQP())
+	sigEvery := max(1, min(depth/2, 64))
+	op := verbs.WRRDMAWrite
+	switch c.Test {
+	case "read_bw":
+		op = verbs.WRRDMARead
+	case "send_bw":
+		op = verbs.WRSend
+	}
+	if c.Check && op != verbs.WRRDMARead {
+		clear(s.buf)
+	}
+	outstanding := make([]int, nqp) // per QP: posted, not yet known complete
+	sinceSig := make([]int, nqp)    // per QP: unsignaled since the last signaled
+	firstUnsig := make([]int, nqp)  // per QP: first iteration not yet covered by a signal
+	next := make([]int, nqp)        // per QP: next iteration to post
+	for q := range next {
+		next[q], firstUnsig[q] = q, q
+	}
+	wrs := make([]verbs.SendWR, postBatch)
+	sges := make([]verbs.SGE, postBatch)
+	wc := make([]verbs.WorkCompletion, 64)
+	done := 0
+	start := time.Now()
+	for done < c.Iters {
+		for q, qp := range s.qps {
+			n := 0
+			for n < postBatch && next[q] < c.Iters && outstanding[q]+n < depth {
+				it := next[q]
+				slot := s.slotOf(it)
+				sges[n] = s.mr.SGE(slot*c.Size, c.Size)
+				if c.Check && op != verbs.WRRDMARead {
+					pattern(s.slot(slot), it)
+				}
+				w := &wrs[n]
+				*w = verbs.SendWR{Opcode: op, SGList: sges[n : n+1]}
+				if op != verbs.WRSend {
+					w.RemoteAddr = peer.Addr + uint64(slot*c.Size)
+					w.RKey = peer.RKey
+				}
+				sinceSig[q]++
+				next[q] += nqp
+				if sinceSig[q] == sigEvery || next[q] >= c.Iters || outstanding[q]+n+1 == depth {
+					w.SendFlags = verbs.SendSignaled
+					w.WRID = wrid(firstUnsig[q], sinceSig[q])
+					firstUnsig[q] = next[q]
+					sinceSig[q] = 0
+				}
+				n++
+			}
+			if n > 0 {
+				if err := qp.PostSend(wrs[:n]); err != nil {
+					return Result{}, err
+				}
+				outstanding[q] += n
+			}
+		}
+		k := s.cq.PollCQ(wc)
+		if k == 0 {
+			runtime.Gosched()
+		}
+		for _, e := range wc[:k] {
+			if e.Status != verbs.WCSuccess {
+				return Result{}, fmt.Errorf("%s: work completion %v (vendor error %#x)", c.Test, e.Status, e.VendorErr)
+			}
+			first, count := unwrid(e.WRID)
+			q := s.qpIdx[e.QPNum]
+			outstanding[q] -= count
+			done += count
+			if c.Check && op == verbs.WRRDMARead {
+				for k := 0; k < count; k++ {
+					it := first + k*nqp
+					b := s.slot(s.slotOf(it))
+					if off := checkPattern(b, s.slotOf(it)); off >= 0 {
+						return Result{}, fmt.Errorf("read_bw: iteration %d: byte %d differs", it, off)
+					}
+					clear(b)
+				}
+			}
+		}
+	}
+	r := bwResult(c, time.Since(start))
+	r.Checked = c.Check
+	return r, nil
+}
+
+// prepareBWServer gets the passive side ready: read targets hold known data, send_bw
+// receives are posted.
+func prepareBWServer(s *side) error {
+	c := s.cfg
+	switch c.Test {
+	case "read_bw":
+		for i := 0; i < s.slots; i++ {
+			pattern(s.slot(i), i)
+		}
+	case "write_bw":
+		clear(s.buf)
+	case "send_bw":
+		per := s.perQP()
+		for q, qp := range s.qps {
+			for k := 0; k < per; k++ {
+				slot := q*per + k
+				if err := qp.PostRecv([]verbs.RecvWR{{WRID: uint64(slot), SGList: []verbs.SGE{s.mr.SGE(slot*c.Size, c.Size)}}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// runSendBWServer receives c.Iters messages, re-posting receives and checking data.
+func runSendBWServer(s *side) error {
+	c := s.cfg
+	nqp := len(s.qps)
+	count := make([]int, nqp) // messages received per QP
+	wc := make([]verbs.WorkCompletion, 64)
+	var sge [1]verbs.SGE
+	var wr [1]verbs.RecvWR
+	for got := 0; got < c.Iters; {
+		k := s.cq.PollCQ(wc)
+		if k == 0 {
+			runtime.Gosched()
+		}
+		for _, e := range wc[:k] {
+			if e.Status != verbs.WCSuccess {
+				return fmt.Errorf("send_bw server: work completion %v", e.Status)
+			}
+			if e.Opcode != verbs.WCRecv {
+				continue
+			}
+			q := s.qpIdx[e.QPNum]
+			slot := int(e.WRID)
+			if c.Check {
+				it := count[q]*nqp + q
+				if e.ByteLen != uint32(c.Size) {
+					return fmt.Errorf("send_bw: message %d has %d bytes", it, e.ByteLen)
+				}
+				if off := checkPattern(s.slot(slot), it); off >= 0 {
+					return fmt.Errorf("send_bw: message %d: byte %d differs", it, off)
+				}
+				clear(s.slot(slot))
+			}
+			count[q]++
+			got++
+			sge[0] = s.mr.SGE(slot*c.Size, c.Size)
+			wr[0] = verbs.RecvWR{WRID: e.WRID, SGList: sge[:]}
+			if err := s.qps[q].PostRecv(wr[:]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkWriteBW verifies the server's buffer after write_bw: every slot holds the last
+// message written to it.
+func checkWriteBW(s *side) error {
+	c := s.cfg
+	nqp, per := len(s.qps), s.perQP()
+	for q := 0; q < nqp; q++ {
+		m := (c.Iters - q + nqp - 1) / nqp // messages QP q carried
+		for k := max(0, m-per); k < m; k++ {
+			it := k*nqp + q
+			if off := checkPattern(s.slot(s.slotOf(it)), it); off >= 0 {
+				return fmt.Errorf("write_bw: message %d: byte %d differs", it, off)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+// Package perf implements rperf's perftest-style benchmarks (write_bw, read_bw, send_bw,
+// write_lat, read_lat, send_lat, atomic_lat) over the verbs API, with both sides in one
+// process (loopback) or in two processes joined by a TCP control connection.
+package perf
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// Tests rperf knows, in suite order.
+var Tests = []string{"write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"}
+
+// Config describes one benchmark run.
+type Config struct {
+	Test    string `json:"test"`
+	Size    int    `json:"size"`     // message size in bytes
+	Iters   int    `json:"iters"`    // measured iterations (after warm-up)
+	MTU     int    `json:"mtu"`      // path MTU in bytes
+	QPs     int    `json:"qps"`      // queue pairs
+	TxDepth int    `json:"tx_depth"` // outstanding work requests per QP (bandwidth tests)
+	Check   bool   `json:"check"`
+	Timeout uint8  `json:"timeout"` // local ACK timeout code
+	// Device settings (each side uses its own).
+	Faults *verbs.Faults `json:"-"`
+	Window int           `json:"-"`
+}
+
+// Defaults fills zero fields with perftest's defaults for the test.
+func (c *Config) Defaults() {
+	bw := strings.HasSuffix(c.Test, "_bw")
+	if c.Size == 0 {
+		if bw {
+			c.Size = 65536
+		} else {
+			c.Size = 8
+		}
+	}
+	if c.Iters == 0 {
+		if bw {
+			c.Iters = 5000
+		} else {
+			c.Iters = 10000
+		}
+	}
+	if c.MTU == 0 {
+		c.MTU = 4096
+	}
+	if c.QPs == 0 {
+		c.QPs = 1
+	}
+	if c.TxDepth == 0 {
+		c.TxDepth = 128
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 14
+	}
+	if c.Test == "atomic_lat" {
+		c.Size = 8
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if !slices.Contains(Tests, c.Test) {
+		return fmt.Errorf("unknown test %q (want one of %s)", c.Test, strings.Join(Tests, ", "))
+	}
+	if _, err := verbs.MTUFromBytes(c.MTU); err != nil {
+		return err
+	}
+	switch {
+	case c.Size < 1 || c.Size > 1<<30:
+		return fmt.Errorf("size %d out of range 1..1GiB", c.Size)
+	case c.Iters < 1:
+		return fmt.Errorf("iterations %d < 1", c.Iters)
+	case c.QPs < 1 || c.QPs > 1024:
+		return fmt.Errorf("qps %d out of range 1..1024", c.QPs)
+	case c.TxDepth < 1 || c.TxDepth > 8192:
+		return fmt.Errorf("tx-depth %d out of range 1..8192", c.TxDepth)
+	case strings.HasSuffix(c.Test, "_lat") && c.QPs != 1:
+		return fmt.Errorf("latency tests use one QP")
+	}
+	return nil
+}
+
+// Latency summarises per-iteration latencies in microseconds.
+type Latency struct {
+	Min  float64 `json:"min"`
+	P50  float64 `json:"p50"`
+	Avg  float64 `json:"avg"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// Result is one benchmark's outcome.
+type Result struct {
+	Test     string   `json:"test"`
+	Size     int      `json:"size"`
+	Iters    int      `json:"iters"`
+	BW       float64  `json:"bw_MiBps"`
+	MsgRate  float64  `json:"msg_rate_Mpps"`
+	Lat      *Latency `json:"lat_us,omitempty"`
+	Seconds  float64  `json:"seconds"`
+	Checked  bool     `json:"checked,omitempty"`
+	Counters *Stats   `json:"counters,omitempty"`
+}
+
+// Stats are the counters of the two devices after a run.
+type Stats struct {
+	Client verbs.Counters `json:"client"`
+	Server verbs.Counters `json:"server,omitempty"`
+}
+
+func bwResult(c *Config, elapsed time.Duration) Result {
+	s := elapsed.Seconds()
+	return Result{
+		Test: c.Test, Size: c.Size, Iters: c.Iters, Seconds: s,
+		BW:      float64(c.Size) * float64(c.Iters) / s / (1 << 20),
+		MsgRate: float64(c.Iters) / s / 1e6,
+	}
+}
+
+// latResult summarises samples (nanoseconds; already halved for one-way tests).
+func latResult(c *Config, samples []int64, elapsed time.Duration) Result {
+	slices.Sort(samples)
+	var sum float64
+	for _, v := range samples {
+		sum += float64(v)
+	}
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(samples)))) - 1
+		i = max(0, min(i, len(samples)-1))
+		return float64(samples[i]) / 1e3
+	}
+	r := bwResult(c, elapsed)
+	r.Lat = &Latency{
+		Min: float64(samples[0]) / 1e3, P50: pct(0.50), Avg: sum / float64(len(samples)) / 1e3,
+		P99: pct(0.99), P999: pct(0.999), Max: float64(samples[len(samples)-1]) / 1e3,
+	}
+	return r
+}
+
+// Header returns the column titles of the results table.
+func Header() string {
+	return fmt.Sprintf("%-11s %9s %8s %11s %9s %8s %8s %8s %8s %8s %8s",
+		"test", "bytes", "iters", "BW[MiB/s]", "Mpps", "t_min", "t_p50", "t_avg", "t_p99", "t_p999", "t_max[us]")
+}
+
+// Row formats r as a table row.
+func (r Result) Row() string {
+	s := fmt.Sprintf("%-11s %9d %8d %11.1f %9.4f", r.Test, r.Size, r.Iters, r.BW, r.MsgRate)
+	if r.Lat != nil {
+		l := r.Lat
+		s += fmt.Sprintf(" %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f", l.Min, l.P50, l.Avg, l.P99, l.P999, l.Max)
+	}
+	return s
+}
+
+// DefaultAddrs are the loopback device addresses (client, server).
+var DefaultAddrs = [2]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}

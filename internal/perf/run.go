@@ -1,0 +1,270 @@
+package perf
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// clientRole runs the measuring side.
+func clientRole(s *side, peer Info) (Result, error) {
+	switch s.cfg.Test {
+	case "write_bw", "read_bw", "send_bw":
+		return runBWClient(s, peer)
+	case "send_lat", "write_lat":
+		return runPingPong(s, peer, true)
+	default:
+		return runOneSided(s, peer)
+	}
+}
+
+// serverRole runs the other side until the test is over; done is closed when the client
+// has finished.
+func serverRole(s *side, peer Info, done <-chan struct{}) error {
+	switch s.cfg.Test {
+	case "send_bw":
+		return runSendBWServer(s)
+	case "send_lat", "write_lat":
+		_, err := runPingPong(s, peer, false)
+		return err
+	}
+	<-done
+	if s.cfg.Test == "write_bw" && s.cfg.Check {
+		return checkWriteBW(s)
+	}
+	return nil
+}
+
+func prepare(s *side) error {
+	if isBW(s.cfg.Test) {
+		return prepareBWServer(s)
+	}
+	return prepareLat(s)
+}
+
+// RunLoopback runs one test with both sides in this process, on devices at addrs[0]
+// (client) and addrs[1] (server). With stats the result carries both devices' counters.
+func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		return Result{}, err
+	}
+	cs, err := newSide(&c, nil, addrs[0], verbs.AnyPort)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cs.close()
+	ss, err := newSide(&c, nil, addrs[1], verbs.AnyPort)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ss.close()
+	if err := ss.connect(cs.info()); err != nil {
+		return Result{}, err
+	}
+	if err := cs.connect(ss.info()); err != nil {
+		return Result{}, err
+	}
+	for _, s := range []*side{ss, cs} {
+		if !isBW(c.Test) || s == ss {
+			if err := prepare(s); err != nil {
+				return Result{}, err
+			}
+		}
+	}
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- serverRole(ss, cs.info(), done) }()
+	r, cerr := clientRole(cs, ss.info())
+	close(done)
+	var serr error
+	if cerr == nil {
+		serr = <-errc
+	} else {
+		// The server may wait for messages that will never come; closing the devices
+		// (deferred) ends it.
+		select {
+		case serr = <-errc:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := errors.Join(cerr, serr); err != nil {
+		return Result{}, err
+	}
+	if stats {
+		r.Counters = &Stats{Client: cs.ctx.Counters(), Server: ss.ctx.Counters()}
+	}
+	return r, nil
+}
+
+// DefaultControlPort is the TCP port of the control connection, as perftest's.
+const DefaultControlPort = 18515
+
+// Control messages, one JSON object per line.
+type hello struct {
+	Config Config `json:"config"`
+	Info   Info   `json:"info"`
+}
+
+type reply struct {
+	Info     Info            `json:"info"`
+	Err      string          `json:"err,omitempty"`
+	Counters *verbs.Counters `json:"counters,omitempty"`
+}
+
+// ServeOnce listens on ctlAddr for one client, runs the test it asks for (which must be
+// test) and returns the client's result. The device binds to devAddr, or to the address
+// the client connected to if devAddr is not valid.
+func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, stats bool, ready func(net.Addr)) (Result, error) {
+	ln, err := net.Listen("tcp", ctlAddr)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ln.Close()
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	conn, err := ln.Accept()
+	if err != nil {
+		return Result{}, err
+	}
+	defer conn.Close()
+	enc, dec := json.NewEncoder(conn), json.NewDecoder(bufio.NewReader(conn))
+	var h hello
+	if err := dec.Decode(&h); err != nil {
+		return Result{}, fmt.Errorf("control: %w", err)
+	}
+	fail := func(err error) (Result, error) {
+		_ = enc.Encode(reply{Err: err.Error()})
+		return Result{}, err
+	}
+	c := h.Config
+	if c.Test != test {
+		return fail(fmt.Errorf("client asked for %s, this server runs %s", c.Test, test))
+	}
+	c.Faults = faults
+	if err := c.Validate(); err != nil {
+		return fail(err)
+	}
+	if !devAddr.IsValid() {
+		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	}
+	s, err := newSide(&c, nil, devAddr, verbs.AnyPort)
+	if err != nil {
+		return fail(err)
+	}
+	defer s.close()
+	if err := s.connect(h.Info); err != nil {
+		return fail(err)
+	}
+	if err := prepare(s); err != nil {
+		return fail(err)
+	}
+	if err := enc.Encode(reply{Info: s.info()}); err != nil {
+		return Result{}, err
+	}
+	// The client reports its result when it is done.
+	done := make(chan struct{})
+	var fin struct {
+		Result Result `json:"result"`
+		Err    string `json:"err"`
+	}
+	finErr := make(chan error, 1)
+	go func() {
+		err := dec.Decode(&fin)
+		close(done)
+		finErr <- err
+	}()
+	serr := serverRole(s, h.Info, done)
+	if err := <-finErr; err != nil {
+		return Result{}, fmt.Errorf("control: %w", err)
+	}
+	r := reply{}
+	if serr != nil {
+		r.Err = serr.Error()
+	}
+	if stats {
+		k := s.ctx.Counters()
+		r.Counters = &k
+	}
+	_ = enc.Encode(r)
+	if fin.Err != "" {
+		return Result{}, errors.New("client: " + fin.Err)
+	}
+	return fin.Result, serr
+}
+
+// RunClient connects to the server at ctlAddr, runs the test and returns its result. The
+// device binds to devAddr, or to the local address of the control connection.
+func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result, error) {
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		return Result{}, err
+	}
+	conn, err := net.DialTimeout("tcp", ctlAddr, 10*time.Second)
+	if err != nil {
+		return Result{}, err
+	}
+	defer conn.Close()
+	enc, dec := json.NewEncoder(conn), json.NewDecoder(bufio.NewReader(conn))
+	if !devAddr.IsValid() {
+		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	}
+	s, err := newSide(&c, nil, devAddr, verbs.AnyPort)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.close()
+	if err := enc.Encode(hello{Config: c, Info: s.info()}); err != nil {
+		return Result{}, err
+	}
+	var rep reply
+	if err := dec.Decode(&rep); err != nil {
+		return Result{}, fmt.Errorf("control: %w", err)
+	}
+	if rep.Err != "" {
+		return Result{}, errors.New("server: " + rep.Err)
+	}
+	if err := s.connect(rep.Info); err != nil {
+		return Result{}, err
+	}
+	if !isBW(c.Test) {
+		if err := prepare(s); err != nil {
+			return Result{}, err
+		}
+	}
+	r, rerr := clientRole(s, rep.Info)
+	fin := struct {
+		Result Result `json:"result"`
+		Err    string `json:"err"`
+	}{Result: r}
+	if rerr != nil {
+		fin.Err = rerr.Error()
+	}
+	if err := enc.Encode(fin); err != nil && rerr == nil {
+		return Result{}, err
+	}
+	if rerr != nil {
+		return Result{}, rerr
+	}
+	var last reply
+	if err := dec.Decode(&last); err != nil {
+		return Result{}, fmt.Errorf("control: %w", err)
+	}
+	if last.Err != "" {
+		return Result{}, errors.New("server: " + last.Err)
+	}
+	if stats {
+		r.Counters = &Stats{Client: s.ctx.Counters()}
+		if last.Counters != nil {
+			r.Counters.Server = *last.Counters
+		}
+	}
+	return r, nil
+}

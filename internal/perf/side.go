@@ -1,0 +1,192 @@
+package perf
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// maxBuffer caps a side's registered buffer; large messages get fewer slots.
+const maxBuffer = 256 << 20
+
+// Info is what each side tells the other: its QPs and its buffer.
+type Info struct {
+	Endpoints []verbs.Endpoint
+	Addr      uint64
+	RKey      uint32
+	Len       int
+}
+
+// side is one end of a benchmark: a device, a PD, one CQ, the QPs and a registered
+// buffer of slots, one message each.
+type side struct {
+	cfg   *Config
+	ctx   *verbs.Context
+	own   bool // Close closes ctx
+	pd    *verbs.PD
+	cq    *verbs.CQ
+	qps   []*verbs.QP
+	psns  []uint32
+	buf   []byte
+	mr    *verbs.MR
+	slots int
+	qpIdx map[uint32]int
+}
+
+func isBW(test string) bool { return strings.HasSuffix(test, "_bw") }
+
+// slotsFor returns how many message slots a side's buffer has.
+func slotsFor(c *Config) int {
+	if !isBW(c.Test) {
+		return 2 // latency tests: [receive area][send area]
+	}
+	n := c.TxDepth * c.QPs
+	if c.Test == "send_bw" {
+		n *= 2
+	}
+	return max(1, min(n, maxBuffer/c.Size))
+}
+
+// newSide opens (or uses) a device and creates the PD, CQ, QPs and buffer.
+func newSide(c *Config, ctx *verbs.Context, addr netip.Addr, port int) (*side, error) {
+	s := &side{cfg: c, slots: slotsFor(c), qpIdx: map[uint32]int{}}
+	if ctx == nil {
+		var err error
+		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Faults: c.Faults, Window: c.Window})
+		if err != nil {
+			return nil, err
+		}
+		s.own = true
+	}
+	s.ctx = ctx
+	if err := s.setup(); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *side) setup() error {
+	c := s.cfg
+	var err error
+	if s.pd, err = s.ctx.AllocPD(); err != nil {
+		return err
+	}
+	depth := c.TxDepth
+	if c.Test == "send_bw" {
+		depth = 2 * c.TxDepth
+	}
+	cqe := max(depth*c.QPs*2, 64)
+	if s.cq, err = s.ctx.CreateCQ(cqe, nil, 0); err != nil {
+		return err
+	}
+	s.buf = make([]byte, s.slots*c.Size+8)
+	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
+		return err
+	}
+	for i := 0; i < c.QPs; i++ {
+		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{
+			MaxSendWR: max(c.TxDepth, 16), MaxRecvWR: max(depth, 16), MaxSendSGE: 1, MaxRecvSGE: 1,
+			MaxInlineData: 64}})
+		if err != nil {
+			return err
+		}
+		s.qps = append(s.qps, qp)
+		s.psns = append(s.psns, rand.Uint32()&0xFFFFFF)
+		s.qpIdx[qp.QPNum()] = i
+	}
+	return nil
+}
+
+func (s *side) info() Info {
+	in := Info{Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: len(s.buf)}
+	for i, qp := range s.qps {
+		in.Endpoints = append(in.Endpoints, qp.Endpoint(s.psns[i]))
+	}
+	return in
+}
+
+// connect brings every QP to RTS against the peer's QPs.
+func (s *side) connect(peer Info) error {
+	if len(peer.Endpoints) != len(s.qps) {
+		return fmt.Errorf("peer has %d QPs, this side %d", len(peer.Endpoints), len(s.qps))
+	}
+	mtu, _ := verbs.MTUFromBytes(s.cfg.MTU)
+	for i, qp := range s.qps {
+		if err := qp.Connect(s.psns[i], peer.Endpoints[i], verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *side) close() {
+	for _, qp := range s.qps {
+		qp.DestroyQP()
+	}
+	if s.mr != nil {
+		s.mr.DeregMR()
+	}
+	if s.cq != nil {
+		s.cq.DestroyCQ()
+	}
+	if s.pd != nil {
+		s.pd.DeallocPD()
+	}
+	if s.own {
+		s.ctx.Close()
+	}
+}
+
+// perQP returns how many slots each QP has; QP q owns slots [q*perQP, (q+1)*perQP).
+func (s *side) perQP() int { return max(1, s.slots/len(s.qps)) }
+
+// slotOf returns the slot of iteration it: iterations go round-robin over the QPs, and
+// each QP cycles through its own slots.
+func (s *side) slotOf(it int) int {
+	nqp := len(s.qps)
+	return (it%nqp)*s.perQP() + (it/nqp)%s.perQP()
+}
+
+// slot returns message slot i of the buffer.
+func (s *side) slot(i int) []byte {
+	i %= s.slots
+	return s.buf[i*s.cfg.Size : (i+1)*s.cfg.Size]
+}
+
+// patternGen yields the bytes of message seq, so a receiver can check every byte.
+type patternGen uint32
+
+func newPattern(seq int) patternGen { return patternGen(uint32(seq)*2654435761 + 1) }
+
+func (g *patternGen) next() byte {
+	x := uint32(*g)
+	x ^= x << 13
+	x ^= x >> 17
+	x ^= x << 5
+	*g = patternGen(x)
+	return byte(x)
+}
+
+// pattern fills b with message seq.
+func pattern(b []byte, seq int) {
+	g := newPattern(seq)
+	for i := range b {
+		b[i] = g.next()
+	}
+}
+
+// checkPattern returns the offset of the first byte of b that differs from message seq,
+// or -1.
+func checkPattern(b []byte, seq int) int {
+	g := newPattern(seq)
+	for i := range b {
+		if b[i] != g.next() {
+			return i
+		}
+	}
+	return -1
+}
