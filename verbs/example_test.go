@@ -54,12 +54,18 @@ func Example() {
 	}
 	fmt.Println(wc[0].Opcode, wc[0].Status)
 
-	// RDMA WRITE: the peer's CPU is not involved; only the writer gets a completion.
+	// RDMA WRITE: the peer's CPU is not involved; only the writer gets a completion. The
+	// peer learns that the data is there from a later message (RC keeps them in order).
+	qpB.PostRecv([]verbs.RecvWR{{WRID: 4}})
 	qpA.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{mrA.SGE(0, len(src))}, RemoteAddr: mrB.Addr() + 8, RKey: mrB.RKey()}})
+		SGList: []verbs.SGE{mrA.SGE(0, len(src))}, RemoteAddr: mrB.Addr() + 8, RKey: mrB.RKey()},
+		{WRID: 5, Opcode: verbs.WRSend}})
 	for cqA.PollCQ(wc) == 0 {
 	}
-	fmt.Println(wc[0].Opcode, wc[0].Status, string(dst[8:8+len(src)]))
+	write := wc[0]
+	for cqB.PollCQ(wc) == 0 { // the message after the WRITE
+	}
+	fmt.Println(write.Opcode, write.Status, string(dst[8:8+len(src)]))
 	// Output:
 	// RECV success 5 42 hello
 	// SEND success

@@ -1,8 +1,10 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"unsafe"
 
 	"github.com/softrnic/softrnic/internal/tpt"
@@ -45,6 +47,9 @@ type QP struct {
 	qp   *transport.QP
 	init QPInitAttr
 	dead bool
+
+	mu sync.Mutex
+	ah AHAttr // the address vector as last set, for QueryQP
 }
 
 // CreateQP creates an RC queue pair in the RESET state.
@@ -284,6 +289,17 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 	if err := q.qp.Modify(&ta, uint32(mask), transport.Limits{MaxRdAtomic: maxQPRdAtom, MaxDestRdAtomic: maxQPRdAtom}); err != nil {
 		return fmt.Errorf("verbs: ModifyQP: %w: %v", ErrInvalid, err)
 	}
+	q.mu.Lock()
+	switch {
+	case mask&QPAttrAV != 0:
+		q.ah = attr.AHAttr
+		if q.ah.DestPort == 0 {
+			q.ah.DestPort = DefaultPort
+		}
+	case mask&QPAttrState != 0 && attr.QPState == StateReset:
+		q.ah = AHAttr{}
+	}
+	q.mu.Unlock()
 	return nil
 }
 
@@ -297,9 +313,9 @@ func (q *QP) QueryQP() (QPAttr, QPInitAttr) {
 		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Cap: q.init.Cap,
 	}
-	if a.Peer.IsValid() {
-		attr.AHAttr = AHAttr{DGID: GIDFromAddr(a.Peer.Addr()), DestPort: a.Peer.Port(), PortNum: 1, IsGlobal: true}
-	}
+	q.mu.Lock()
+	attr.AHAttr = q.ah
+	q.mu.Unlock()
 	return attr, q.init
 }
 
@@ -388,7 +404,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 			w := &wrs[done+i]
 			if w.Opcode < WRRDMAWrite || w.Opcode > WRAtomicFetchAndAdd {
 				if posted, err := q.qp.PostSend(buf[:i]); err != nil {
-					return &PostError{Index: done + posted, Err: err}
+					return &PostError{Index: done + posted, Err: postReason(err)}
 				}
 				return &PostError{Index: done + i, Err: fmt.Errorf("%w: opcode %d", ErrInvalid, w.Opcode)}
 			}
@@ -400,11 +416,20 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		posted, err := q.qp.PostSend(buf[:n])
 		clear(buf[:n])
 		if err != nil {
-			return &PostError{Index: done + posted, Err: err}
+			return &PostError{Index: done + posted, Err: postReason(err)}
 		}
 		done += n
 	}
 	return nil
+}
+
+// postReason wraps an engine refusal in the matching verbs error: a full queue is
+// ErrLimit, everything else ErrInvalid.
+func postReason(err error) error {
+	if errors.Is(err, transport.ErrSQFull) || errors.Is(err, transport.ErrQueueFull) {
+		return fmt.Errorf("%w: %v", ErrLimit, err)
+	}
+	return fmt.Errorf("%w: %v", ErrInvalid, err)
 }
 
 // PostRecv posts receive work requests. A *PostError says which one was refused.
@@ -418,7 +443,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		posted, err := q.qp.PostRecv(buf[:n])
 		clear(buf[:n])
 		if err != nil {
-			return &PostError{Index: done + posted, Err: err}
+			return &PostError{Index: done + posted, Err: postReason(err)}
 		}
 		done += n
 	}

@@ -166,8 +166,10 @@ func (t *Table) Register(pd uint32, buf []byte, iova uint64, access Access) (*Re
 	for int(idx) >= len(t.last) {
 		t.last = append(t.last, 0)
 	}
-	// A new key byte, never equal to the last one used at this index.
-	kb := uint8(t.last[idx] + 1 + uint8(t.rng.IntN(255)))
+	// A new key byte: the last one used at this index plus 1..15 at random, so a stale key
+	// does not come back for at least 17 registrations of the slot, and the next key is
+	// not simply the last one plus one.
+	kb := t.last[idx] + 1 + uint8(t.rng.IntN(15))
 	t.last[idx] = kb
 	r := &Region{buf: buf, iova: iova, access: access, pd: pd, key: idx<<8 | uint32(kb)}
 	r.valid.Store(true)

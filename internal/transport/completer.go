@@ -50,7 +50,7 @@ func (q *QP) handleAck(p *wire.Packet) {
 			r.rnrLeft--
 		}
 		r.rnrWait = true
-		r.rnrPSN = psn
+		r.rnrPSN = r.una // psn, unless READ responses before it are missing
 		r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
 		r.rtoAt = 0
 		q.dev.timers.arm(q, r.rnrUntil)
@@ -71,7 +71,7 @@ func (q *QP) handleAck(p *wire.Packet) {
 				r.retryLeft--
 			}
 			r.nakRepeat, r.lastNakPSN = true, psn
-			q.rewind(psn)
+			q.rewind(r.una) // psn, unless READ responses before it are missing
 			q.dev.queueKick(q)
 			return
 		}
@@ -89,8 +89,10 @@ func (q *QP) handleAck(p *wire.Packet) {
 }
 
 // ackUpTo processes an acknowledgement of every PSN up to and including psn: SEND and
-// WRITE WQEs it covers complete; a READ or atomic it covers whose responses did not arrive
-// means they were lost, so the requester goes back to it.
+// WRITE WQEs it covers complete. READ and atomic WQEs complete only through their
+// responses: an acknowledgement that reaches into one (an ACK of a later request, or a NAK
+// whose PSN lies inside a READ sent as several requests) means responses before it were
+// lost, so the requester goes back to the first missing one instead of moving past it.
 func (q *QP) ackUpTo(psn uint32) {
 	r := &q.req
 	if wire.PSNBefore(psn, r.una) {
@@ -98,16 +100,13 @@ func (q *QP) ackUpTo(psn uint32) {
 	}
 	size := uint64(len(q.sq))
 	old := r.una
-	done := false
 	for q.sqTail != q.sqStarted {
 		w := &q.sq[q.sqTail%size]
-		if wire.PSNBefore(psn, w.lastPSN()) {
-			r.una = wire.PSNAdd(psn, 1)
-			done = true
-			break
-		}
 		if w.isReadOrAtomic() {
-			// Responses come before later ACKs, so the ones for w were lost.
+			if wire.PSNBefore(psn, w.firstPSN) {
+				r.una = wire.PSNAdd(psn, 1)
+				break
+			}
 			if wire.PSNBefore(r.una, w.firstPSN) {
 				r.una = w.firstPSN
 			}
@@ -115,13 +114,16 @@ func (q *QP) ackUpTo(psn uint32) {
 				q.rewind(r.una)
 				q.dev.queueKick(q)
 			}
-			done = true
+			break
+		}
+		if wire.PSNBefore(psn, w.lastPSN()) {
+			r.una = wire.PSNAdd(psn, 1)
 			break
 		}
 		q.completeSend(w)
-	}
-	if !done {
-		r.una = wire.PSNAdd(psn, 1)
+		if q.sqTail == q.sqStarted {
+			r.una = wire.PSNAdd(psn, 1)
+		}
 	}
 	if r.una != old {
 		q.progress()

@@ -76,6 +76,7 @@ type Device struct {
 	// allocate a new one.
 	kickSpare, respSpare []*QP
 	polling              bool // the receive path runs in a polling consumer's goroutine
+	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
 	rx                   rxStats
 
 	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
@@ -386,12 +387,16 @@ func (d *Device) processBatch(n int) {
 		data, seg, from := d.rxBatch.Datagram(i)
 		if seg == 0 {
 			d.input(data, from)
-			continue
+		} else {
+			for len(data) > 0 {
+				k := min(seg, len(data))
+				d.input(data[:k], from)
+				data = data[k:]
+			}
 		}
-		for len(data) > 0 {
-			k := min(seg, len(data))
-			d.input(data[:k], from)
-			data = data[k:]
+		if d.flushNow {
+			d.flushNow = false
+			d.flushOut()
 		}
 	}
 	d.finishBatch()

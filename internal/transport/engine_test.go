@@ -46,7 +46,7 @@ func connect(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32) {
 			MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
 		must(t, q.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: 16, MinRNRTimer: 1,
 			Peer: s.peer.d.LocalAddr()}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer, lim))
-		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: s.sq, Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: s.sq, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
 	}
 }
@@ -75,6 +75,14 @@ func waitCQE(t testing.TB, cq *CQ, n int) []CQE {
 		out = append(out, buf[:k]...)
 	}
 	return out
+}
+
+// placed runs fn while d's receive path is stopped: every placement into d's memory
+// happens under rxMu, so this orders fn after them (for the race detector too).
+func placed(d *Device, fn func() bool) bool {
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
+	return fn()
 }
 
 func reg(t testing.TB, d *Device, b []byte) *tpt.Region {
@@ -111,10 +119,10 @@ func TestEngineOps(t *testing.T) {
 				t.Fatalf("send: %+v %+v equal=%v", ca, cb, bytes.Equal(src, dst))
 			}
 			// WRITE
-			clear(dst)
+			placed(b.d, func() bool { clear(dst); return true })
 			_, err = a.qp.PostSend([]SendWR{{WRID: 11, Opcode: WRWrite, Flags: FlagSignaled, RemoteAddr: mb.IOVA(), RKey: mb.Key(), SG: []SGE{{Addr: ma.IOVA(), Length: size, LKey: ma.Key()}}}})
 			must(t, err)
-			if c := waitCQE(t, a.cq, 1)[0]; c.Status != 0 || !bytes.Equal(src, dst) {
+			if c := waitCQE(t, a.cq, 1)[0]; c.Status != 0 || !placed(b.d, func() bool { return bytes.Equal(src, dst) }) {
 				t.Fatalf("write: %+v", c)
 			}
 			// READ
@@ -122,7 +130,18 @@ func TestEngineOps(t *testing.T) {
 			mr := reg(t, a.d, rd)
 			_, err = a.qp.PostSend([]SendWR{{WRID: 12, Opcode: WRRead, Flags: FlagSignaled, RemoteAddr: mb.IOVA(), RKey: mb.Key(), SG: []SGE{{Addr: mr.IOVA(), Length: size, LKey: mr.Key()}}}})
 			must(t, err)
-			if c := waitCQE(t, a.cq, 1)[0]; c.Status != 0 || c.Opcode != WCRead || !bytes.Equal(rd, dst) {
+			if c := waitCQE(t, a.cq, 1)[0]; c.Status != 0 || c.Opcode != WCRead || !placed(b.d, func() bool { return bytes.Equal(rd, dst) }) {
+				placed(b.d, func() bool {
+					for i := 0; i < size; i += 1024 {
+						e := min(i+1024, size)
+						if !bytes.Equal(rd[i:e], dst[i:e]) {
+							// find what rd holds
+							where := bytes.Index(dst, rd[i:e])
+							t.Logf("pkt %d (off %d) differs; rd content found in dst at %d; rd zero=%v; src eq=%v", i/1024, i, where, bytes.Equal(rd[i:e], make([]byte, e-i)), bytes.Equal(dst[i:e], src[i:e]))
+						}
+					}
+					return true
+				})
 				t.Fatalf("read: %+v", c)
 			}
 			// Atomics
@@ -137,7 +156,9 @@ func TestEngineOps(t *testing.T) {
 					t.Fatalf("fetch-add: %+v", c)
 				}
 			}
-			if v := *(*uint64)(unsafe.Pointer(&tgt[8])); v != 50 {
+			var v uint64
+			placed(b.d, func() bool { v = *(*uint64)(unsafe.Pointer(&tgt[8])); return true })
+			if v != 50 {
 				t.Fatalf("fetch-add result %d", v)
 			}
 			t.Logf("A %+v", a.d.Stats())

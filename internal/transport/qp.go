@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -75,7 +76,9 @@ type QP struct {
 	destroyed bool
 	attr      Attr // as last set (for QueryQP)
 	mtu       uint32
-	peer      netio.Addr
+	// peer is replaced, never modified, by ModifyQP: batches being sent without q.mu keep
+	// pointing at the address they were built for.
+	peer      *netio.Addr
 	txFlow    wire.Flow
 	sqdNotify bool
 
@@ -144,12 +147,21 @@ func (q *QP) State() QPState {
 func (q *QP) Device() *Device { return q.dev }
 
 // Destroy removes the QP. Outstanding work is dropped without completions, as
-// ibv_destroy_qp does.
+// ibv_destroy_qp does. When it returns, nothing of the QP is in flight any more: no
+// goroutine is sending its packets (which reference registered memory).
 func (q *QP) Destroy() {
 	q.mu.Lock()
 	q.destroyed = true
 	q.state = StateReset
+	for q.txOwner {
+		q.mu.Unlock()
+		runtime.Gosched()
+		q.mu.Lock()
+	}
 	q.mu.Unlock()
+	// Whoever holds the receive path sends what it built before releasing it.
+	q.dev.rxMu.Lock()
+	q.dev.rxMu.Unlock()
 	q.dev.timers.cancel(q)
 	q.dev.freeQPN(q)
 }
@@ -275,8 +287,13 @@ func (q *QP) modifyLocked(a *Attr, mask uint32, lim Limits) error {
 		return errors.New("QP was destroyed")
 	}
 	cur := q.state
-	if mask&MaskCurState != 0 && a.CurState != cur {
-		return fmt.Errorf("cur_state %v does not match the QP's state %v", a.CurState, cur)
+	if mask&MaskCurState != 0 {
+		if cur != StateRTR && cur != StateRTS && cur != StateSQD && cur != StateSQE {
+			return fmt.Errorf("cur_state may only be given in RTR, RTS, SQD or SQE (the QP is in %v)", cur)
+		}
+		if a.CurState != cur {
+			return fmt.Errorf("cur_state %v does not match the QP's state %v", a.CurState, cur)
+		}
 	}
 	next := cur
 	if mask&MaskState != 0 {
@@ -292,7 +309,7 @@ func (q *QP) modifyLocked(a *Attr, mask uint32, lim Limits) error {
 	if missing := tr.req &^ mask; missing != 0 {
 		return fmt.Errorf("transition %v -> %v requires %s", cur, next, MaskString(missing))
 	}
-	if extra := mask &^ (tr.req | tr.opt | MaskState | MaskCurState); extra != 0 {
+	if extra := mask &^ (tr.req | tr.opt | MaskState); extra != 0 {
 		return fmt.Errorf("transition %v -> %v does not take %s", cur, next, MaskString(extra))
 	}
 	var peer netio.Addr
@@ -370,7 +387,8 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 	}
 	if mask&MaskAV != 0 {
 		at.Peer = peer.AP
-		q.peer = peer
+		p := peer
+		q.peer = &p
 		local := q.dev.local
 		q.txFlow = wire.Flow{Src: local.Addr(), Dst: peer.AP.Addr(), SrcPort: local.Port(), DstPort: peer.AP.Port(), DF: q.dev.v4}
 	}

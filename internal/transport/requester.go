@@ -258,7 +258,7 @@ func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
 	trailer := b.Alloc(pad + wire.ICRCLen)
 	clear(trailer[:pad])
 	wire.PutICRC(trailer[pad:], q.txFlow.ICRCParts(hdr, pay, trailer[:pad]))
-	b.Begin(&q.peer)
+	b.Begin(q.peer)
 	b.Add(hdr)
 	for _, p := range pay {
 		b.Add(p)

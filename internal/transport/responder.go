@@ -31,18 +31,24 @@ type respResource struct {
 
 // responder is the receive side of a QP.
 type responder struct {
-	epsn       uint32 // expected PSN
-	msn        uint32 // message sequence number
-	sending    bool   // inside a multi-packet SEND
-	writing    bool   // inside a multi-packet WRITE
-	haveRWQE   bool   // rwqe holds the receive WQE of the message in progress
-	rwqe       recvWQE
-	sendOff    uint64
-	writeMem   []byte // what is left of the WRITE's target
-	writeLen   uint32
-	nakSent    bool // a NAK for epsn went out; stay quiet until epsn arrives
+	epsn     uint32 // expected PSN
+	msn      uint32 // message sequence number
+	sending  bool   // inside a multi-packet SEND
+	writing  bool   // inside a multi-packet WRITE
+	haveRWQE bool   // rwqe holds the receive WQE of the message in progress
+	rwqe     recvWQE
+	sendOff  uint64
+	writeMem []byte // what is left of the WRITE's target
+	writeLen uint32
+	nakSent  bool // a NAK for epsn went out; stay quiet until epsn arrives
+	// A sequence or RNR NAK generated while READ/atomic responses are still queued waits
+	// for them: responses leave in PSN order.
+	nakHeld    bool
+	nakSyn     uint8
+	nakPSN     uint32
 	ackPending bool
 	ackQueued  bool
+	sinceAck   int // request packets since the last ACK went out
 	// ackDeferred: the ACK was held back to ride along with the consumer's next send on
 	// this QP (or the next poll, or the timer at ackAt).
 	ackDeferred bool
@@ -100,7 +106,7 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		q.stats.Dropped++
 		return
 	}
-	if from.Addr() != q.peer.AP.Addr() {
+	if q.peer == nil || from.Addr() != q.peer.AP.Addr() {
 		q.stats.WrongSource++
 		return
 	}
@@ -410,12 +416,22 @@ func (q *QP) duplicate(p *wire.Packet) {
 	}
 }
 
-// requestAck notes that the packet asked for an acknowledgement.
+// requestAck notes that the packet asked for an acknowledgement. ACKs are coalesced to
+// the end of the receive batch, except that a long run of packets is acknowledged at once:
+// a batch can hold a whole window, and a requester waiting for the batch's end would stall.
 func (q *QP) requestAck(p *wire.Packet) {
+	rs := &q.resp
+	rs.sinceAck++
 	if p.BTH.AckReq {
-		q.resp.ackPending = true
-		q.dev.queueAck(q)
-	} else if q.resp.ackPending {
+		rs.ackPending = true
+		d := q.dev
+		if rs.sinceAck >= d.cfg.Window/4 && !rs.pumping() && d.rxOut.Room(2, 64) {
+			q.sendAck(d.rxOut)
+			d.flushNow = true
+			return
+		}
+		d.queueAck(q)
+	} else if rs.ackPending {
 		q.dev.queueAck(q)
 	}
 }
@@ -434,6 +450,18 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 		}
 		r.queued = false
 		rs.pend = append(rs.pend[:0], rs.pend[1:]...)
+	}
+	if rs.nakHeld {
+		if !b.Room(2, 64) {
+			return false
+		}
+		rs.nakHeld = false
+		if wire.AETHKind(rs.nakSyn) == wire.AETHRNR {
+			q.stats.RNRNAKsSent++
+		} else {
+			q.stats.NAKsSent++
+		}
+		q.sendAETH(b, rs.nakSyn, rs.nakPSN)
 	}
 	if rs.ackPending {
 		q.dev.queueAck(q)
@@ -487,11 +515,19 @@ func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 // sendAck sends the coalesced ACK for everything up to epsn-1.
 func (q *QP) sendAck(b *netio.SendBatch) {
 	q.resp.ackPending, q.resp.ackDeferred = false, false
+	q.resp.sinceAck = 0
 	q.sendAETH(b, wire.AETHAck|wire.NoCredits, wire.PSNAdd(q.resp.epsn, wire.PSNMask))
 }
 
-// sendNak sends a NAK (or RNR NAK) for psn right away, into the receive path's batch.
+// sendNak sends a NAK (or RNR NAK) for psn into the receive path's batch, after any
+// responses still queued.
 func (q *QP) sendNak(syn uint8, psn uint32) {
+	rs := &q.resp
+	if rs.pumping() && syn != wire.AETHNak|wire.NakInvalidRequest && syn != wire.AETHNak|wire.NakRemoteAccessError &&
+		syn != wire.AETHNak|wire.NakRemoteOpError {
+		rs.nakHeld, rs.nakSyn, rs.nakPSN = true, syn, psn
+		return
+	}
 	if wire.AETHKind(syn) == wire.AETHRNR {
 		q.stats.RNRNAKsSent++
 	} else {

@@ -34,7 +34,7 @@ func (f *Flow) prefix(buf *[pseudoLen]byte, bth []byte, tlen int) int {
 	}
 	udpLen := 8 + tlen
 	o := 8
-	if f.Src.Is4() || f.Src.Is4In6() {
+	if f.v4() {
 		b := buf[o : o+20]
 		b[0] = 0x45
 		b[1] = 0xFF // TOS masked
@@ -85,9 +85,18 @@ func crcSmall(crc uint32, p []byte) uint32 {
 	return ^crc
 }
 
+// v4 reports whether the flow is IPv4: both addresses IPv4 or IPv4-mapped. Anything else
+// (including a mixed or zero address) is computed as IPv6 over the 16-byte forms.
+func (f *Flow) v4() bool {
+	return (f.Src.Is4() || f.Src.Is4In6()) && (f.Dst.Is4() || f.Dst.Is4In6())
+}
+
 // ICRC returns the invariant CRC of pkt, which runs from the BTH to the end of the payload
 // and pad, without the 4 ICRC bytes.
 func (f *Flow) ICRC(pkt []byte) uint32 {
+	if len(pkt) < BTHLen {
+		return 0
+	}
 	var buf [pseudoLen]byte
 	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
 	c := crcSmall(0, buf[:n])
@@ -97,6 +106,9 @@ func (f *Flow) ICRC(pkt []byte) uint32 {
 // ICRCParts computes the ICRC of a packet held in pieces: hdr (BTH and extended headers),
 // the payload pieces, and pad bytes. tlen is the total transport length including ICRC.
 func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {
+	if len(hdr) < BTHLen {
+		return 0
+	}
 	tlen := len(hdr) + len(pad) + ICRCLen
 	for _, p := range payload {
 		tlen += len(p)
