@@ -184,6 +184,9 @@ func (cq *CQ) PollCQ(wc []WorkCompletion) int {
 }
 
 func (cq *CQ) poll(wc []WorkCompletion) int {
+	if cq.cq.Len() == 0 {
+		return 0
+	}
 	var buf [pollChunk]transport.CQE
 	total := 0
 	for total < len(wc) {

@@ -469,6 +469,9 @@ type Counters struct {
 	UnknownQP          uint64 // device only: no such destination QP
 	// Device only: what fault injection did to outgoing datagrams.
 	FaultsLost, FaultsReordered, FaultsDuplicated, FaultsCorrupted uint64
+	// Device only: socket system calls (sendmmsg calls, and recvmmsg calls that returned
+	// datagrams) and GSO messages (each carries several packets in one datagram).
+	SendCalls, RecvCalls, GSOSends uint64
 }
 
 func countersFrom(s transport.Stats) Counters {
@@ -490,5 +493,7 @@ func (c *Context) Counters() Counters {
 	k := countersFrom(c.dev.Stats())
 	f := c.dev.Conn().FaultCounters()
 	k.FaultsLost, k.FaultsReordered, k.FaultsDuplicated, k.FaultsCorrupted = f.Lost, f.Reordered, f.Duplicated, f.Corrupted
+	conn := c.dev.Conn()
+	k.SendCalls, k.RecvCalls, k.GSOSends = conn.SendCalls.Load(), conn.RecvCalls.Load(), conn.GSOSends.Load()
 	return k
 }

@@ -68,6 +68,7 @@ flags:
 	var timeout uint
 	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	fs.DurationVar(&o.cfg.BusyPoll, "busy-poll", 0, "how long each device's receive goroutine polls after traffic before sleeping (default 50us; negative: never)")
 
 	// Flags may come before or after the positional arguments.
 	var pos []string
@@ -111,6 +112,7 @@ flags:
 		pprof.StopCPUProfile()
 		fatal(err)
 	}
+
 }
 
 func fatal(err error) {
@@ -159,7 +161,7 @@ func run(o *options, pos []string) error {
 	if len(pos) == 0 {
 		fmt.Fprintln(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process); `rperf -h` for more")
 		for _, c := range suite {
-			c.MTU, c.Check, c.Timeout, c.Faults = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults
+			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll
 			if o.cfg.Iters > 0 {
 				c.Iters = o.cfg.Iters
 			}
@@ -234,10 +236,10 @@ func (p *printer) print(r perf.Result) {
 			c    verbs.Counters
 		}{{"client", r.Counters.Client}, {"server", r.Counters.Server}} {
 			c := side.c
-			fmt.Printf("  %-6s tx %d pkts %d B, rx %d pkts %d B, retransmits %d, NAKs sent/recv %d/%d, RNR NAKs sent/recv %d/%d, dup %d, out-of-seq %d, timeouts %d, ICRC err %d, malformed %d, faults lost/reord/dup/corrupt %d/%d/%d/%d\n",
+			fmt.Printf("  %-6s tx %d pkts %d B, rx %d pkts %d B, retransmits %d, NAKs sent/recv %d/%d, RNR NAKs sent/recv %d/%d, dup %d, out-of-seq %d, timeouts %d, ICRC err %d, malformed %d, faults lost/reord/dup/corrupt %d/%d/%d/%d, sendmmsg %d, recvmmsg %d, GSO %d\n",
 				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
 				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,
-				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted)
+				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted, c.SendCalls, c.RecvCalls, c.GSOSends)
 		}
 	}
 }

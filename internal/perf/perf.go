@@ -28,8 +28,9 @@ type Config struct {
 	Check   bool   `json:"check"`
 	Timeout uint8  `json:"timeout"` // local ACK timeout code
 	// Device settings (each side uses its own).
-	Faults *verbs.Faults `json:"-"`
-	Window int           `json:"-"`
+	Faults   *verbs.Faults `json:"-"`
+	Window   int           `json:"-"`
+	BusyPoll time.Duration `json:"-"`
 }
 
 // Defaults fills zero fields with perftest's defaults for the test.

@@ -55,7 +55,7 @@ func newSide(c *Config, ctx *verbs.Context, addr netip.Addr, port int) (*side, e
 	s := &side{cfg: c, slots: slotsFor(c), qpIdx: map[uint32]int{}}
 	if ctx == nil {
 		var err error
-		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Faults: c.Faults, Window: c.Window})
+		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Faults: c.Faults, Window: c.Window, BusyPoll: c.BusyPoll})
 		if err != nil {
 			return nil, err
 		}

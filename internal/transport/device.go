@@ -79,6 +79,11 @@ type Device struct {
 	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
 	rx                   rxStats
 
+	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
+	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
+	// wait to ride along with their sends.
+	polled atomic.Bool
+
 	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
 
 	batches sync.Pool // *netio.SendBatch for transmit from other goroutines
@@ -173,6 +178,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.timers.stop()
+	d.holdingAcks(false)
 	err := d.conn.Close()
 	d.wg.Wait()
 	return err
@@ -260,7 +266,8 @@ func (d *Device) rxLoop() {
 }
 
 // rxReady drains the socket, then keeps polling for up to BusyPoll after the last packet
-// it found before going back to sleep. It returns true to stop serving (device closed).
+// it found before going back to sleep (unless a consumer is polling the device, which then
+// receives the packets itself). It returns true to stop serving (device closed).
 func (d *Device) rxReady() bool {
 	spin := int64(d.cfg.BusyPoll)
 	d.rxMu.Lock()
@@ -278,7 +285,7 @@ func (d *Device) rxReady() bool {
 		if n > 0 {
 			d.processBatch(n)
 			last = d.now()
-		} else if spin <= 0 || d.now()-last >= spin {
+		} else if spin <= 0 || d.now()-last >= spin || d.polled.Swap(false) {
 			d.rxMu.Unlock()
 			return false
 		}
@@ -295,6 +302,9 @@ func (d *Device) rxReady() bool {
 // goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
 // (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
 func (d *Device) Progress() {
+	if !d.polled.Load() {
+		d.polled.Store(true)
+	}
 	if !d.rxMu.TryLock() {
 		return
 	}
@@ -304,9 +314,7 @@ func (d *Device) Progress() {
 			d.flushOtherDevices()
 		}
 		if n, _ := d.conn.Poll(d.rxBatch); n > 0 {
-			d.polling = true
 			d.processBatch(n)
-			d.polling = false
 		}
 	}
 	d.rxMu.Unlock()
@@ -324,14 +332,22 @@ var (
 	heldAcksSet = map[*Device]struct{}{}
 )
 
-func (d *Device) noteDeferred() {
-	if len(d.deferred) == 1 {
-		heldAcksMu.Lock()
+// holdingAcks adds d to (or removes it from) the process-wide set.
+func (d *Device) holdingAcks(held bool) {
+	heldAcksMu.Lock()
+	if held {
 		heldAcksSet[d] = struct{}{}
-		heldAcksMu.Unlock()
-		heldAcks.Add(1)
+	} else {
+		delete(heldAcksSet, d)
 	}
+	heldAcks.Store(int32(len(heldAcksSet)))
+	heldAcksMu.Unlock()
 }
+
+// crossFlushAge is how long another device's ACK must have been held back before a
+// goroutine polling this device sends it (younger ones likely still ride along with their
+// own consumer's next send).
+const crossFlushAge = int64(20 * time.Microsecond)
 
 // flushOtherDevices flushes held-back ACKs of devices other than d.
 func (d *Device) flushOtherDevices() {
@@ -347,20 +363,30 @@ func (d *Device) flushOtherDevices() {
 	heldAcksMu.Unlock()
 	for _, o := range others[:n] {
 		if o.rxMu.TryLock() {
-			o.flushDeferred()
+			o.flushDeferredOlder(crossFlushAge)
 			o.rxMu.Unlock()
 		}
 	}
 }
 
 // flushDeferred sends ACKs still held back (rxMu held).
-func (d *Device) flushDeferred() {
+func (d *Device) flushDeferred() { d.flushDeferredOlder(0) }
+
+// flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held).
+func (d *Device) flushDeferredOlder(minAge int64) {
 	if len(d.deferred) == 0 {
 		return
 	}
+	cutoff := d.now() - minAge + int64(ackDelay) // held since before now-minAge
+	kept := d.deferred[:0]
 	for _, q := range d.deferred {
 		q.mu.Lock()
-		if q.resp.ackDeferred && q.resp.ackPending {
+		switch {
+		case !q.resp.ackDeferred || !q.resp.ackPending:
+			q.resp.ackDeferred = false
+		case minAge > 0 && q.resp.ackAt > cutoff:
+			kept = append(kept, q)
+		default:
 			if !d.rxOut.Room(2, 64) {
 				q.mu.Unlock()
 				d.flushOut()
@@ -368,21 +394,22 @@ func (d *Device) flushDeferred() {
 			}
 			q.sendAck(d.rxOut)
 		}
-		q.resp.ackDeferred = false
 		q.mu.Unlock()
 	}
-	clear(d.deferred)
-	d.deferred = d.deferred[:0]
-	heldAcksMu.Lock()
-	delete(heldAcksSet, d)
-	heldAcksMu.Unlock()
-	heldAcks.Add(-1)
+	clear(d.deferred[len(kept):])
+	d.deferred = kept
+	if len(kept) == 0 {
+		d.holdingAcks(false)
+	}
 	d.flushOut()
 }
 
 // processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
-// ACKs and responses they caused.
+// ACKs and responses they caused. While a consumer polls the device, ACKs are held back to
+// ride along with its next send (see finishBatch).
 func (d *Device) processBatch(n int) {
+	d.polling = d.polled.Load()
+	defer func() { d.polling = false }()
 	for i := 0; i < n; i++ {
 		data, seg, from := d.rxBatch.Datagram(i)
 		if seg == 0 {
@@ -469,7 +496,9 @@ func (d *Device) finishBatch() {
 						q.resp.ackDeferred = true
 						q.resp.ackAt = d.now() + int64(ackDelay)
 						d.deferred = append(d.deferred, q)
-						d.noteDeferred()
+						if len(d.deferred) == 1 {
+							d.holdingAcks(true)
+						}
 						d.timers.arm(q, q.resp.ackAt)
 					}
 					q.mu.Unlock()

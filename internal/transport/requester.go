@@ -57,9 +57,9 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 	if q.state != StateRTS && q.state != StateSQD {
 		return false
 	}
-	if q.resp.ackDeferred && q.resp.ackPending && b.Room(2, 64) {
-		q.sendAck(b) // the held-back ACK rides along with the requests
-	}
+	// A held-back ACK rides along after the requests (the peer is waiting for those), if
+	// there are any.
+	defer q.piggybackAck(b, b.Len())
 	r := &q.req
 	if r.rnrWait {
 		return false
@@ -130,6 +130,14 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		}
 	}
 	return false
+}
+
+// piggybackAck adds a held-back ACK to b if requests were added to b since it held n
+// packets, and there is room.
+func (q *QP) piggybackAck(b *netio.SendBatch, n int) {
+	if b.Len() > n && q.resp.ackDeferred && q.resp.ackPending && b.Room(2, 64) {
+		q.sendAck(b)
+	}
 }
 
 // readChunkEnd returns the last PSN of the READ request that starts at psn.

@@ -7,9 +7,15 @@ import (
 )
 
 // timerQueue is the device's one timer: a heap of QPs ordered by their next deadline
-// (local ACK timeout or RNR wait). A QP is in the heap at most once; deadlines that move
-// later are not updated in the heap: the QP checks its real deadline when the entry fires
-// and re-arms, so progress costs no heap operation.
+// (local ACK timeout, RNR wait, held-back ACK). A QP is in the heap at most once; deadlines
+// that move later are not updated in the heap: the QP checks its real deadline when the
+// entry fires and re-arms, so progress costs no heap operation.
+//
+// While the heap is not empty the timer goroutine wakes at the earliest deadline or after
+// tick, whichever comes first, so arming a deadline never has to wake it (a futex wake on
+// every message would cost more than the timer saves); only the first deadline armed in an
+// empty heap does. A deadline may therefore fire up to tick late, which every timer here
+// tolerates (each is a minimum wait).
 type timerQueue struct {
 	d    *Device
 	mu   sync.Mutex
@@ -18,6 +24,9 @@ type timerQueue struct {
 	wake chan struct{}
 	done chan struct{}
 }
+
+// tick bounds how long the timer goroutine sleeps while deadlines are pending.
+const tick = time.Millisecond
 
 type qpHeap []*QP
 
@@ -61,9 +70,9 @@ func (t *timerQueue) arm(q *QP, at int64) {
 		q.timerAt = at
 		heap.Push(&t.h, q)
 	}
-	first := t.h[0] == q
+	wake := len(t.h) == 1
 	t.mu.Unlock()
-	if first {
+	if wake {
 		select {
 		case t.wake <- struct{}{}:
 		default:
@@ -94,7 +103,7 @@ func (t *timerQueue) run() {
 		}
 		wait := time.Hour
 		if len(t.h) > 0 {
-			wait = time.Duration(t.h[0].timerAt - now)
+			wait = min(time.Duration(t.h[0].timerAt-now), tick)
 		}
 		due := t.due
 		t.mu.Unlock()
@@ -105,7 +114,7 @@ func (t *timerQueue) run() {
 		t.mu.Lock()
 		t.due = t.due[:0]
 		if len(t.h) > 0 {
-			wait = min(wait, time.Duration(t.h[0].timerAt-t.d.now()))
+			wait = min(wait, time.Duration(t.h[0].timerAt-t.d.now()), tick)
 		}
 		t.mu.Unlock()
 		tm.Reset(max(wait, 0))
