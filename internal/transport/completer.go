@@ -110,10 +110,7 @@ func (q *QP) ackUpTo(psn uint32) {
 			if wire.PSNBefore(r.una, w.firstPSN) {
 				r.una = w.firstPSN
 			}
-			if !(r.rewound && r.rewindPSN == r.una) {
-				q.rewind(r.una)
-				q.dev.queueKick(q)
-			}
+			q.goBackOnce()
 			break
 		}
 		if wire.PSNBefore(psn, w.lastPSN()) {
@@ -169,27 +166,42 @@ func (q *QP) checkDrained() {
 	}
 }
 
+// goBackOnce makes the requester resend from una, unless it already went back there and
+// has made no progress since (later packets of the same loss must not restart it again).
+func (q *QP) goBackOnce() {
+	r := &q.req
+	if !(r.rewound && r.rewindPSN == r.una) {
+		q.rewind(r.una)
+		q.dev.queueKick(q)
+	}
+}
+
+// expectedResponse returns the WQE at the tail if psn is the response the requester waits
+// for next. Otherwise it counts the packet (an old duplicate, or one past a loss, which
+// sends the requester back) and returns nil.
+func (q *QP) expectedResponse(psn uint32) *sendWQE {
+	r := &q.req
+	switch {
+	case wire.PSNBefore(psn, r.una):
+		q.stats.Duplicates++
+	case psn != r.una:
+		q.stats.OutOfSequence++
+		q.goBackOnce()
+	case q.sqTail == q.sqStarted:
+		q.stats.Dropped++
+	default:
+		return &q.sq[q.sqTail%uint64(len(q.sq))]
+	}
+	return nil
+}
+
 func (q *QP) handleReadResponse(p *wire.Packet) {
 	r := &q.req
 	psn := p.BTH.PSN
-	if wire.PSNBefore(psn, r.una) {
-		q.stats.Duplicates++
+	w := q.expectedResponse(psn)
+	if w == nil {
 		return
 	}
-	if psn != r.una {
-		// Earlier responses (or the requests) were lost: go back once per loss.
-		q.stats.OutOfSequence++
-		if !(r.rewound && r.rewindPSN == r.una) {
-			q.rewind(r.una)
-			q.dev.queueKick(q)
-		}
-		return
-	}
-	if q.sqTail == q.sqStarted {
-		q.stats.Dropped++
-		return
-	}
-	w := &q.sq[q.sqTail%uint64(len(q.sq))]
 	if w.op != WRRead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN(), psn) {
 		q.stats.Dropped++
 		return
@@ -220,23 +232,10 @@ func (q *QP) handleReadResponse(p *wire.Packet) {
 func (q *QP) handleAtomicAck(p *wire.Packet) {
 	r := &q.req
 	psn := p.BTH.PSN
-	if wire.PSNBefore(psn, r.una) {
-		q.stats.Duplicates++
+	w := q.expectedResponse(psn)
+	if w == nil {
 		return
 	}
-	if psn != r.una {
-		q.stats.OutOfSequence++
-		if !(r.rewound && r.rewindPSN == r.una) {
-			q.rewind(r.una)
-			q.dev.queueKick(q)
-		}
-		return
-	}
-	if q.sqTail == q.sqStarted {
-		q.stats.Dropped++
-		return
-	}
-	w := &q.sq[q.sqTail%uint64(len(q.sq))]
 	if (w.op != WRAtomicCmpSwap && w.op != WRAtomicFetch) || w.firstPSN != psn {
 		q.stats.Dropped++
 		return

@@ -347,7 +347,7 @@ func (d *Device) holdingAcks(held bool) {
 // crossFlushAge is how long another device's ACK must have been held back before a
 // goroutine polling this device sends it (younger ones likely still ride along with their
 // own consumer's next send).
-const crossFlushAge = int64(20 * time.Microsecond)
+const crossFlushAge = int64(5 * time.Microsecond)
 
 // flushOtherDevices flushes held-back ACKs of devices other than d.
 func (d *Device) flushOtherDevices() {
@@ -387,12 +387,7 @@ func (d *Device) flushDeferredOlder(minAge int64) {
 		case minAge > 0 && q.resp.ackAt > cutoff:
 			kept = append(kept, q)
 		default:
-			if !d.rxOut.Room(2, 64) {
-				q.mu.Unlock()
-				d.flushOut()
-				q.mu.Lock()
-			}
-			q.sendAck(d.rxOut)
+			d.ackOut(q)
 		}
 		q.mu.Unlock()
 	}
@@ -458,6 +453,17 @@ func (d *Device) input(pkt []byte, from netip.AddrPort) {
 	q.input(&p, from, len(pkt))
 }
 
+// ackOut adds q's ACK to the receive path's batch, sending the batch first if it is full
+// (rxMu and q.mu held; q.mu is released around that send).
+func (d *Device) ackOut(q *QP) {
+	if !d.rxOut.Room(2, 64) {
+		q.mu.Unlock()
+		d.flushOut()
+		q.mu.Lock()
+	}
+	q.sendAck(d.rxOut)
+}
+
 // flushOut sends what the receive path has built (rxMu held, no QP lock).
 func (d *Device) flushOut() {
 	if d.rxOut.Len() > 0 {
@@ -504,12 +510,7 @@ func (d *Device) finishBatch() {
 					q.mu.Unlock()
 					continue
 				}
-				if !d.rxOut.Room(2, 64) {
-					q.mu.Unlock()
-					d.flushOut()
-					q.mu.Lock()
-				}
-				q.sendAck(d.rxOut)
+				d.ackOut(q)
 			}
 			q.mu.Unlock()
 		}

@@ -231,19 +231,10 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	rs := &q.resp
 	f := p.Info.Flags
 	if f&wire.IsFirst != 0 {
-		if q.attr.Access&tpt.RemoteWrite == 0 {
-			q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow remote write")
-			return
-		}
 		reth := &p.RETH
-		var mem []byte
-		if reth.DMALen > 0 {
-			var st tpt.Status
-			mem, st = q.dev.mrs.Check(reth.RKey, q.pd, reth.VA, uint64(reth.DMALen), tpt.RemoteWrite)
-			if st != tpt.OK {
-				q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), "RDMA WRITE: "+st.String())
-				return
-			}
+		mem, ok := q.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
+		if !ok {
+			return
 		}
 		// ONLY carries the whole message; FIRST one MTU of a longer one.
 		if f&wire.IsLast != 0 && uint32(len(p.Payload)) != reth.DMALen ||
@@ -285,57 +276,65 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	q.requestAck(p)
 }
 
-func (q *QP) recvRead(p *wire.Packet) {
+// remoteMem checks a remote access of n bytes at va with rkey: the QP must allow the
+// kind of access and the key must grant it over the whole range (a zero-length access
+// checks no key, as IBTA says). On failure the request is NAKed and the QP errors.
+func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) ([]byte, bool) {
+	if q.attr.Access&need == 0 {
+		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow "+what)
+		return nil, false
+	}
+	if n == 0 {
+		return nil, true
+	}
+	mem, st := q.dev.mrs.Check(rkey, q.pd, va, n, need)
+	if st != tpt.OK {
+		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), what+": "+st.String())
+		return nil, false
+	}
+	return mem, true
+}
+
+// addResource records an executed READ or atomic in the resource ring, moves the expected
+// PSN past the npkts it uses and queues its responses (which acknowledge everything
+// before it).
+func (q *QP) addResource(r respResource, npkts uint32) {
 	rs := &q.resp
-	if q.attr.Access&tpt.RemoteRead == 0 {
-		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow remote read")
-		return
-	}
-	if len(rs.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
-		return
-	}
-	reth := &p.RETH
-	var mem []byte
-	if reth.DMALen > 0 {
-		var st tpt.Status
-		mem, st = q.dev.mrs.Check(reth.RKey, q.pd, reth.VA, uint64(reth.DMALen), tpt.RemoteRead)
-		if st != tpt.OK {
-			q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), "RDMA READ: "+st.String())
-			return
-		}
-	}
-	npkts := (reth.DMALen + q.mtu - 1) / q.mtu
-	if npkts == 0 {
-		npkts = 1
-	}
-	psn := p.BTH.PSN
 	i := q.allocResource()
-	rs.res[i] = respResource{kind: resRead, firstPSN: psn, lastPSN: wire.PSNAdd(psn, npkts-1), start: psn, next: psn, mem: mem}
-	rs.epsn = wire.PSNAdd(psn, npkts)
+	rs.res[i] = r
+	rs.epsn = wire.PSNAdd(r.firstPSN, npkts)
 	rs.msn = wire.PSNAdd(rs.msn, 1)
-	rs.ackPending = false // the responses acknowledge everything before
+	rs.ackPending = false
 	q.queueResource(i)
 }
 
-func (q *QP) recvAtomic(p *wire.Packet) {
-	rs := &q.resp
-	if q.attr.Access&tpt.RemoteAtomic == 0 {
-		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow remote atomics")
+func (q *QP) recvRead(p *wire.Packet) {
+	reth := &p.RETH
+	mem, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
+	if !ok {
 		return
 	}
-	if len(rs.res) == 0 {
+	if len(q.resp.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
+		return
+	}
+	npkts := max((reth.DMALen+q.mtu-1)/q.mtu, 1)
+	psn := p.BTH.PSN
+	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: wire.PSNAdd(psn, npkts-1), start: psn, next: psn, mem: mem}, npkts)
+}
+
+func (q *QP) recvAtomic(p *wire.Packet) {
+	at := &p.Atomic
+	mem, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
+	if !ok {
+		return
+	}
+	if len(q.resp.res) == 0 {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
 		return
 	}
-	at := &p.Atomic
 	if at.VA%8 != 0 {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
-		return
-	}
-	mem, st := q.dev.mrs.Check(at.RKey, q.pd, at.VA, 8, tpt.RemoteAtomic)
-	if st != tpt.OK {
-		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), "atomic: "+st.String())
 		return
 	}
 	q.dev.atomicMu.Lock()
@@ -349,12 +348,7 @@ func (q *QP) recvAtomic(p *wire.Packet) {
 	binary.NativeEndian.PutUint64(mem, v)
 	q.dev.atomicMu.Unlock()
 	psn := p.BTH.PSN
-	i := q.allocResource()
-	rs.res[i] = respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, orig: orig}
-	rs.epsn = wire.PSNAdd(psn, 1)
-	rs.msn = wire.PSNAdd(rs.msn, 1)
-	rs.ackPending = false
-	q.queueResource(i)
+	q.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, orig: orig}, 1)
 }
 
 // allocResource takes the next slot of the resource ring and returns its index.
