@@ -9,9 +9,13 @@ type Endpoint struct {
 	Port  uint16 // the device's UDP port
 	QPNum uint32
 	PSN   uint32 // the first PSN this QP sends
+	// Ordering is the mode this side offers: OrderingWeak if it can do weakly-ordered
+	// mode and wants to. Connect uses weak mode only if both sides offer it.
+	Ordering Ordering
 }
 
-// Endpoint describes this QP for a peer, with psn as its first send PSN.
+// Endpoint describes this QP for a peer, with psn as its first send PSN. It offers
+// ordered mode; set Ordering to OrderingWeak to offer weak mode.
 func (q *QP) Endpoint(psn uint32) Endpoint {
 	c := q.pd.ctx
 	return Endpoint{GID: c.gid, Port: c.Addr().Port(), QPNum: q.QPNum(), PSN: psn & 0xFFFFFF}
@@ -28,6 +32,10 @@ type ConnectOptions struct {
 	MaxRdAtomic uint8       // outstanding READ/atomic each way (16)
 	// NoRemoteAccess leaves remote access off (Access is ignored).
 	NoRemoteAccess bool
+	// Ordering is what this side offers; weak mode is used only if the remote endpoint
+	// offers it too (see Endpoint.Ordering). MaxHole sets weak mode's bitmap span.
+	Ordering Ordering
+	MaxHole  uint32
 }
 
 // Connect moves a QP in RESET through INIT and RTR to RTS, connected to remote, sending
@@ -57,6 +65,10 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	if o.MaxRdAtomic == 0 {
 		o.MaxRdAtomic = 16
 	}
+	ordering := OrderingStrict
+	if o.Ordering == OrderingWeak && remote.Ordering == OrderingWeak {
+		ordering = OrderingWeak
+	}
 	steps := []struct {
 		attr QPAttr
 		mask QPAttrMask
@@ -64,9 +76,9 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 		{QPAttr{QPState: StateInit, PortNum: 1, QPAccessFlags: o.Access},
 			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		{QPAttr{QPState: StateRTR, PathMTU: o.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
-			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer,
+			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer, Ordering: ordering, MaxHole: o.MaxHole,
 			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
-			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer},
+			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrOrdering},
 		{QPAttr{QPState: StateRTS, SQPSN: sqPSN & 0xFFFFFF, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
 			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic},
 			QPAttrState | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrSQPSN | QPAttrMaxQPRdAtomic},

@@ -62,6 +62,9 @@ type DeviceConfig struct {
 	SocketBuffer int
 	// DisableGSO and DisableGRO turn off UDP segmentation offload and receive coalescing.
 	DisableGSO, DisableGRO bool
+	// ReorderThreshold is how many later packets weak mode waits to see acknowledged
+	// before it declares a packet lost (default 16).
+	ReorderThreshold int
 	// BusyPoll is how long the device's receive goroutine keeps polling its socket after
 	// the last packet before it sleeps in the network poller (default 50 µs; negative:
 	// never). Polling costs CPU while traffic flows and saves the several microseconds a
@@ -174,16 +177,17 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		cfg.NumCompVectors = runtime.NumCPU()
 	}
 	d, err := transport.Open(transport.Config{
-		Local:        netip.AddrPortFrom(addr, uint16(port)),
-		Faults:       faults,
-		FaultFilter:  cfg.filter,
-		SocketBuffer: cfg.SocketBuffer,
-		DisableGSO:   cfg.DisableGSO,
-		DisableGRO:   cfg.DisableGRO,
-		MaxQP:        maxQP,
-		MaxMR:        maxMR,
-		Window:       cfg.Window,
-		BusyPoll:     cfg.BusyPoll,
+		Local:            netip.AddrPortFrom(addr, uint16(port)),
+		Faults:           faults,
+		FaultFilter:      cfg.filter,
+		SocketBuffer:     cfg.SocketBuffer,
+		DisableGSO:       cfg.DisableGSO,
+		DisableGRO:       cfg.DisableGRO,
+		MaxQP:            maxQP,
+		MaxMR:            maxMR,
+		Window:           cfg.Window,
+		BusyPoll:         cfg.BusyPoll,
+		ReorderThreshold: cfg.ReorderThreshold,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verbs: open device: %w", err)

@@ -218,7 +218,31 @@ type QPAttr struct {
 	RNRRetry         uint8
 	EnSQDAsyncNotify bool
 	Cap              QPCap // reported by QueryQP
+	// Ordering (a softrnic extension, set on INIT->RTR with QPAttrOrdering) selects
+	// ordered (standard RC) or weakly-ordered mode; both sides must use the same. MaxHole
+	// is weak mode's arrival bitmap span in PSNs: the largest hole, and the requester's
+	// window (0: 512).
+	Ordering Ordering
+	MaxHole  uint32
 }
+
+// Ordering is a QP's delivery mode.
+type Ordering int
+
+// Orderings.
+const (
+	// OrderingStrict is standard RC: packets are placed in order; a lost packet makes the
+	// requester go back and resend everything after it (go-back-N).
+	OrderingStrict Ordering = Ordering(transport.Ordered)
+	// OrderingWeak places every packet the moment it arrives (packets carry what is needed
+	// to place them, in manufacturer-specific opcodes), completes work requests in order
+	// when the holes before them close, and resends only lost packets (selective
+	// acknowledgement). Bytes of a message may land in any order: wait for a completion,
+	// do not poll the last byte of a buffer.
+	OrderingWeak Ordering = Ordering(transport.Weak)
+)
+
+func (o Ordering) String() string { return transport.Ordering(o).String() }
 
 // QPAttrMask selects the QPAttr fields ModifyQP applies (ibv_qp_attr_mask values).
 type QPAttrMask uint32
@@ -246,6 +270,9 @@ const (
 	QPAttrPathMigState     QPAttrMask = QPAttrMask(transport.MaskPathMigState)
 	QPAttrCap              QPAttrMask = QPAttrMask(transport.MaskCap)
 	QPAttrDestQPN          QPAttrMask = QPAttrMask(transport.MaskDestQPN)
+	// QPAttrOrdering applies QPAttr.Ordering and QPAttr.MaxHole (softrnic extension; allowed
+	// on INIT->RTR).
+	QPAttrOrdering QPAttrMask = QPAttrMask(transport.MaskOrdering)
 )
 
 // String names the mask's bits, e.g. "STATE|AV|PATH_MTU".
@@ -267,7 +294,10 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 		MaxRdAtomic: attr.MaxRdAtomic, MaxDestRdAtomic: attr.MaxDestRdAtomic, MinRNRTimer: attr.MinRNRTimer,
 		Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
 		Access: tpt.Access(attr.QPAccessFlags), PKeyIndex: attr.PKeyIndex, Port: attr.PortNum,
-		SQDNotify: attr.EnSQDAsyncNotify,
+		SQDNotify: attr.EnSQDAsyncNotify, Ordering: transport.Ordering(attr.Ordering), MaxHole: attr.MaxHole,
+	}
+	if attr.Ordering < OrderingStrict || attr.Ordering > OrderingWeak {
+		ta.Ordering = 255
 	}
 	if attr.QPState < StateReset || attr.QPState > StateErr {
 		ta.State = 255
@@ -312,6 +342,7 @@ func (q *QP) QueryQP() (QPAttr, QPInitAttr) {
 		DestQPNum: a.DestQPN, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
 		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Cap: q.init.Cap,
+		Ordering: Ordering(a.Ordering), MaxHole: a.MaxHole,
 	}
 	q.mu.Lock()
 	attr.AHAttr = q.ah
@@ -464,9 +495,17 @@ type Counters struct {
 	Timeouts           uint64 // local ACK timeouts
 	WrongSource        uint64 // packets from an address other than the QP's peer
 	Dropped            uint64 // packets dropped for the QP's state or a protocol violation
-	ICRCErrors         uint64 // device only: bad ICRC
-	Malformed          uint64 // device only: undecodable header or bad P_Key
-	UnknownQP          uint64 // device only: no such destination QP
+	// Weakly-ordered mode.
+	PlacedOutOfOrder     uint64 // packets placed while an earlier PSN was missing
+	HolesOpened          uint64 // holes in the PSN space (request and response streams)
+	HolesClosed          uint64
+	SACKsSent            uint64 // selective acknowledgements sent and received
+	SACKsReceived        uint64
+	SelectiveRetransmits uint64 // lost packets sent again alone
+	BeyondSpan           uint64 // packets dropped for lying past the arrival bitmap
+	ICRCErrors           uint64 // device only: bad ICRC
+	Malformed            uint64 // device only: undecodable header or bad P_Key
+	UnknownQP            uint64 // device only: no such destination QP
 	// Device only: what fault injection did to outgoing datagrams.
 	FaultsLost, FaultsReordered, FaultsDuplicated, FaultsCorrupted uint64
 	// Device only: socket system calls (sendmmsg calls, and recvmmsg calls that returned
@@ -481,7 +520,45 @@ func countersFrom(s transport.Stats) Counters {
 		RNRNAKsSent: s.RNRNAKsSent, RNRNAKsReceived: s.RNRNAKsRecv, Duplicates: s.Duplicates,
 		OutOfSequence: s.OutOfSequence, Timeouts: s.Timeouts, WrongSource: s.WrongSource,
 		Dropped: s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
+		PlacedOutOfOrder: s.PlacedOutOfOrder, HolesOpened: s.HolesOpened, HolesClosed: s.HolesClosed,
+		SACKsSent: s.SACKsSent, SACKsReceived: s.SACKsRecv, SelectiveRetransmits: s.SelectiveRetransmits,
+		BeyondSpan: s.BeyondSpan,
 	}
+}
+
+// Hole is an open hole in a weakly-ordered QP's PSN space: PSNs [Start, End) are missing,
+// and the counts say what completed beyond it and waits for it to close.
+type Hole struct {
+	Start, End uint32
+	// Responder holes (request PSNs received): receive completions (SEND, WRITE with
+	// immediate) whose CQEs are posted when the hole closes, READ requests whose responses
+	// are prepared and wait for the doorbell that rings when it closes, and atomics that
+	// execute when it closes. Requester holes (own requests not yet acknowledged or
+	// answered): READ work requests whose responses all arrived, SEND and WRITE work
+	// requests acknowledged, and atomics answered; they complete when it closes.
+	RecvCompletions, ReadRequestsHeld, AtomicsHeld      int
+	ReadResponsesCompleted, SendsAcked, AtomicsAnswered int
+}
+
+// HoleReport lists a QP's open holes, in PSN order.
+type HoleReport struct {
+	Responder []Hole // in the request PSNs this QP receives
+	Requester []Hole // in the PSNs of this QP's own requests
+}
+
+// Holes returns the QP's open holes (none in ordered mode).
+func (q *QP) Holes() HoleReport {
+	h := q.qp.Holes()
+	var r HoleReport
+	for _, x := range h.Responder {
+		r.Responder = append(r.Responder, Hole{Start: x.Start, End: x.End,
+			RecvCompletions: int(x.Counts[0]), ReadRequestsHeld: int(x.Counts[1]), AtomicsHeld: int(x.Counts[2])})
+	}
+	for _, x := range h.Requester {
+		r.Requester = append(r.Requester, Hole{Start: x.Start, End: x.End,
+			SendsAcked: int(x.Counts[0]), ReadResponsesCompleted: int(x.Counts[1]), AtomicsAnswered: int(x.Counts[2])})
+	}
+	return r
 }
 
 // Counters returns the QP's packet counters.

@@ -68,6 +68,7 @@ flags:
 	var timeout uint
 	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	ordering := fs.String("ordering", "ordered", "delivery mode to offer: ordered or weak (weak is used only if both sides offer it)")
 	fs.DurationVar(&o.cfg.BusyPoll, "busy-poll", 0, "how long each device's receive goroutine polls after traffic before sleeping (default 50us; negative: never)")
 
 	// Flags may come before or after the positional arguments.
@@ -84,6 +85,14 @@ flags:
 		args = fs.Args()[1:]
 	}
 	o.cfg.Timeout = uint8(timeout)
+	switch *ordering {
+	case "ordered", "strict":
+		o.cfg.Ordering = verbs.OrderingStrict
+	case "weak":
+		o.cfg.Ordering = verbs.OrderingWeak
+	default:
+		fatal(fmt.Errorf("--ordering %q: want ordered or weak", *ordering))
+	}
 	if o.faults != "" {
 		f, err := verbs.ParseFaults(o.faults)
 		if err != nil {
@@ -161,7 +170,7 @@ func run(o *options, pos []string) error {
 	if len(pos) == 0 {
 		fmt.Fprintln(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process); `rperf -h` for more")
 		for _, c := range suite {
-			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll
+			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll, c.Ordering = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll, o.cfg.Ordering
 			if o.cfg.Iters > 0 {
 				c.Iters = o.cfg.Iters
 			}
@@ -198,7 +207,7 @@ func run(o *options, pos []string) error {
 		case len(pos) == 1:
 			c.Defaults()
 			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d\n", c.Test, o.port)
-			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, o.stats, nil)
+			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, c.Ordering, o.stats, nil)
 		default:
 			r, err = perf.RunClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
 		}
@@ -240,6 +249,10 @@ func (p *printer) print(r perf.Result) {
 				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
 				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,
 				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted, c.SendCalls, c.RecvCalls, c.GSOSends)
+			if c.SACKsSent+c.SACKsReceived > 0 {
+				fmt.Printf("  %-6s weak: placed out of order %d, holes opened/closed %d/%d, SACKs sent/recv %d/%d, selective retransmits %d, beyond span %d\n",
+					side.name, c.PlacedOutOfOrder, c.HolesOpened, c.HolesClosed, c.SACKsSent, c.SACKsReceived, c.SelectiveRetransmits, c.BeyondSpan)
+			}
 		}
 	}
 }

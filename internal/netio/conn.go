@@ -143,7 +143,7 @@ func Listen(cfg Config) (*Conn, error) {
 func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 
 // GSO reports whether segmentation offload is in use for sends.
-func (c *Conn) GSO() bool { return c.gso && c.faults == nil }
+func (c *Conn) GSO() bool { return c.gso }
 
 // GRO reports whether receive coalescing is enabled.
 func (c *Conn) GRO() bool { return c.gro }

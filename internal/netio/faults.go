@@ -8,9 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Faults are probabilities applied independently to each outgoing datagram.
@@ -107,6 +104,9 @@ type held struct {
 	at    time.Time
 }
 
+// injector applies faults to outgoing datagrams. Datagrams it leaves alone go out as they
+// are, payload not copied and GSO grouping kept, so a fault rate costs only the faults;
+// only delayed and corrupted datagrams are copied.
 type injector struct {
 	f      Faults
 	filter FilterFunc
@@ -115,10 +115,8 @@ type injector struct {
 	mu   sync.Mutex
 	rng  *rand.Rand
 	held []held
-	out  [][]byte
-	dsts []*Addr
-	msgs []mmsghdr
-	iovs []unix.Iovec
+	out  *SendBatch // what goes out: pieces of the caller's datagrams, or copies
+	keep [][]byte   // copies out refers to
 	done chan struct{}
 	once sync.Once
 
@@ -131,11 +129,33 @@ func newInjector(f Faults, filter FilterFunc, c *Conn) *injector {
 	return inj
 }
 
+// SetFilter replaces the exact-fault filter. It only works on a Conn opened with fault
+// injection (faults or a filter); it reports whether it did.
+func (c *Conn) SetFilter(f FilterFunc) bool {
+	if c.faults == nil {
+		return false
+	}
+	c.faults.mu.Lock()
+	c.faults.filter = f
+	c.faults.mu.Unlock()
+	return true
+}
+
 func (inj *injector) counters() FaultCounters {
 	return FaultCounters{inj.lost.Load(), inj.reordered.Load(), inj.duplicated.Load(), inj.corrupted.Load()}
 }
 
 func (inj *injector) stop() { inj.once.Do(func() { close(inj.done) }) }
+
+// reset prepares inj.out for up to n datagrams of up to iovs pieces in all.
+func (inj *injector) reset(n, iovs int) {
+	if inj.out == nil || cap(inj.out.pkts) < n || cap(inj.out.iovs) < iovs {
+		inj.out = NewSendBatch(n, iovs, 64)
+	}
+	inj.out.Reset()
+	clear(inj.keep)
+	inj.keep = inj.keep[:0]
+}
 
 // releaser sends datagrams held longer than maxHold, so a held datagram is not stuck when
 // no later traffic comes.
@@ -148,34 +168,34 @@ func (inj *injector) releaser() {
 			return
 		case now := <-t.C:
 			inj.mu.Lock()
-			inj.out, inj.dsts = inj.out[:0], inj.dsts[:0]
+			inj.reset(len(inj.held)+1, len(inj.held)+1)
 			kept := inj.held[:0]
 			for _, h := range inj.held {
 				if now.Sub(h.at) >= maxHold {
-					inj.out, inj.dsts = append(inj.out, h.pkt), append(inj.dsts, h.dst)
+					inj.emitCopy(h.pkt, h.dst)
 				} else {
 					kept = append(kept, h)
 				}
 			}
 			inj.held = kept
-			inj.flushLocked()
+			_ = inj.c.send(inj.out)
+			inj.reset(0, 0)
 			inj.mu.Unlock()
 		}
 	}
 }
 
-// send applies faults to every datagram of b and sends the survivors one by one (no GSO,
-// so that faults hit single packets).
+// send applies faults to every datagram of b and sends the result.
 func (inj *injector) send(b *SendBatch) error {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
-	inj.out, inj.dsts = inj.out[:0], inj.dsts[:0]
+	n := len(b.pkts)
+	inj.reset(2*n+len(inj.held)+1, 2*len(b.iovs)+len(inj.held)+1)
 	for i := range b.pkts {
-		pkt := b.packet(i, nil)
 		dst := b.pkts[i].dst
 		v := Verdict{Action: Pass}
 		if inj.filter != nil {
-			v = inj.filter(pkt)
+			v = inj.filter(b.packet(i, nil))
 		}
 		if v.Action == Pass {
 			v = inj.random()
@@ -183,26 +203,28 @@ func (inj *injector) send(b *SendBatch) error {
 		switch v.Action {
 		case Drop:
 			inj.lost.Add(1)
-			continue
 		case Duplicate:
 			inj.duplicated.Add(1)
-			inj.emit(pkt, dst)
-			inj.emit(pkt, dst)
+			inj.pass(b, i)
+			inj.pass(b, i)
 		case Corrupt:
 			inj.corrupted.Add(1)
+			pkt := b.packet(i, nil)
 			inj.flip(pkt)
-			inj.emit(pkt, dst)
+			inj.emitCopy(pkt, dst)
 		case Delay:
 			inj.reordered.Add(1)
 			if v.After < 1 {
 				v.After = 1
 			}
-			inj.held = append(inj.held, held{pkt: pkt, dst: dst, after: v.After, at: time.Now()})
+			inj.held = append(inj.held, held{pkt: b.packet(i, nil), dst: dst, after: v.After, at: time.Now()})
 		default:
-			inj.emit(pkt, dst)
+			inj.pass(b, i)
 		}
 	}
-	return inj.flushLocked()
+	err := inj.c.send(inj.out)
+	inj.reset(0, 0)
+	return err
 }
 
 func (inj *injector) random() Verdict {
@@ -236,17 +258,38 @@ func (inj *injector) flip(pkt []byte) {
 	}
 }
 
-// emit queues pkt and then any held datagrams whose turn has come.
-func (inj *injector) emit(pkt []byte, dst *Addr) {
-	inj.out, inj.dsts = append(inj.out, pkt), append(inj.dsts, dst)
+// pass queues datagram i of b unchanged (its pieces, not a copy).
+func (inj *injector) pass(b *SendBatch, i int) {
+	p := &b.pkts[i]
+	inj.out.Begin(p.dst)
+	for _, v := range b.iovs[p.iov0:p.iov1] {
+		inj.out.addIov(v)
+	}
+	inj.out.End()
+	inj.releaseDue()
+}
+
+// emitCopy queues a copied datagram.
+func (inj *injector) emitCopy(pkt []byte, dst *Addr) {
+	if len(pkt) == 0 {
+		pkt = make([]byte, 0, 1)
+	}
+	inj.keep = append(inj.keep, pkt)
+	inj.out.Begin(dst)
+	inj.out.Add(pkt)
+	inj.out.End()
+}
+
+// releaseDue counts one datagram sent past every held one and queues those whose turn has
+// come.
+func (inj *injector) releaseDue() {
 	if len(inj.held) == 0 {
 		return
 	}
 	kept := inj.held[:0]
 	var due []held
 	for _, h := range inj.held {
-		h.after--
-		if h.after <= 0 {
+		if h.after--; h.after <= 0 {
 			due = append(due, h)
 		} else {
 			kept = append(kept, h)
@@ -254,35 +297,6 @@ func (inj *injector) emit(pkt []byte, dst *Addr) {
 	}
 	inj.held = kept
 	for _, h := range due {
-		inj.out, inj.dsts = append(inj.out, h.pkt), append(inj.dsts, h.dst)
+		inj.emitCopy(h.pkt, h.dst)
 	}
-}
-
-// flushLocked sends inj.out with sendmmsg.
-func (inj *injector) flushLocked() error {
-	n := len(inj.out)
-	if n == 0 {
-		return nil
-	}
-	if cap(inj.msgs) < n {
-		inj.msgs = make([]mmsghdr, n)
-		inj.iovs = make([]unix.Iovec, n)
-	}
-	msgs, iovs := inj.msgs[:n], inj.iovs[:n]
-	for i, p := range inj.out {
-		if len(p) == 0 {
-			p = append(p, 0)[:0:1]
-		}
-		iovs[i].Base = unsafe.SliceData(p)
-		iovs[i].SetLen(len(p))
-		h := &msgs[i].hdr
-		*h = unix.Msghdr{}
-		h.Name = (*byte)(unsafe.Pointer(&inj.dsts[i].raw))
-		h.Namelen = inj.dsts[i].rawLn
-		h.Iov = &iovs[i]
-		h.Iovlen = 1
-	}
-	err := inj.c.sendMsgs(msgs)
-	inj.out = inj.out[:0]
-	return err
 }

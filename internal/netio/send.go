@@ -108,7 +108,8 @@ func (b *SendBatch) packet(i int, dst []byte) []byte {
 // Send transmits every datagram in b and resets it. Consecutive equal-sized datagrams to
 // the same destination go out as one GSO message; all messages go in one sendmmsg where
 // the kernel accepts them. Datagrams the kernel refuses are counted and dropped, as a
-// network would drop them; the only error returned is ErrClosed.
+// network would drop them; the only error returned is ErrClosed. With fault injection the
+// datagrams pass through the injector first.
 func (c *Conn) Send(b *SendBatch) error {
 	defer b.Reset()
 	if len(b.pkts) == 0 {
@@ -116,6 +117,20 @@ func (c *Conn) Send(b *SendBatch) error {
 	}
 	if c.faults != nil {
 		return c.faults.send(b)
+	}
+	return c.send(b)
+}
+
+// addIov appends an iovec (a piece of a datagram) as it is.
+func (b *SendBatch) addIov(v unix.Iovec) {
+	b.iovs = append(b.iovs, v)
+	b.cur.length += int(v.Len)
+}
+
+// send transmits b (without resetting it).
+func (c *Conn) send(b *SendBatch) error {
+	if len(b.pkts) == 0 {
+		return nil
 	}
 	nm := 0
 	gso := c.gso

@@ -31,6 +31,8 @@ type Config struct {
 	Faults   *verbs.Faults `json:"-"`
 	Window   int           `json:"-"`
 	BusyPoll time.Duration `json:"-"`
+	// Ordering is what this side offers; weak mode is used only if both sides offer it.
+	Ordering verbs.Ordering `json:"-"`
 }
 
 // Defaults fills zero fields with perftest's defaults for the test.
@@ -103,6 +105,7 @@ type Latency struct {
 // Result is one benchmark's outcome.
 type Result struct {
 	Test     string   `json:"test"`
+	Ordering string   `json:"ordering"`
 	Size     int      `json:"size"`
 	Iters    int      `json:"iters"`
 	BW       float64  `json:"bw_MiBps"`

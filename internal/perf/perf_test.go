@@ -41,7 +41,7 @@ func TestClientServer(t *testing.T) {
 		}
 		srv := make(chan out, 1)
 		go func() {
-			r, err := ServeOnce(test, "127.0.0.1:0", netip.Addr{}, nil, true, func(a net.Addr) { addrc <- a })
+			r, err := ServeOnce(test, "127.0.0.1:0", netip.Addr{}, nil, 0, true, func(a net.Addr) { addrc <- a })
 			srv <- out{r, err}
 		}()
 		addr := <-addrc
@@ -61,7 +61,7 @@ func TestClientServer(t *testing.T) {
 	addrc := make(chan net.Addr, 1)
 	srvErr := make(chan error, 1)
 	go func() {
-		_, err := ServeOnce("read_bw", "127.0.0.1:0", netip.Addr{}, nil, false, func(a net.Addr) { addrc <- a })
+		_, err := ServeOnce("read_bw", "127.0.0.1:0", netip.Addr{}, nil, 0, false, func(a net.Addr) { addrc <- a })
 		srvErr <- err
 	}()
 	_, err := RunClient(Config{Test: "write_bw", Iters: 10}, (<-addrc).String(), netip.Addr{}, false)

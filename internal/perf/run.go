@@ -82,6 +82,7 @@ func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
 	errc := make(chan error, 1)
 	go func() { errc <- serverRole(ss, cs.info(), done) }()
 	r, cerr := clientRole(cs, ss.info())
+	r.Ordering = cs.ordering()
 	close(done)
 	var serr error
 	if cerr == nil {
@@ -121,7 +122,7 @@ type reply struct {
 // ServeOnce listens on ctlAddr for one client, runs the test it asks for (which must be
 // test) and returns the client's result. The device binds to devAddr, or to the address
 // the client connected to if devAddr is not valid.
-func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, stats bool, ready func(net.Addr)) (Result, error) {
+func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, ordering verbs.Ordering, stats bool, ready func(net.Addr)) (Result, error) {
 	ln, err := net.Listen("tcp", ctlAddr)
 	if err != nil {
 		return Result{}, err
@@ -145,6 +146,7 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, s
 		return Result{}, err
 	}
 	c := h.Config
+	c.Ordering = ordering
 	if c.Test != test {
 		return fail(fmt.Errorf("client asked for %s, this server runs %s", c.Test, test))
 	}
@@ -240,6 +242,7 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 		}
 	}
 	r, rerr := clientRole(s, rep.Info)
+	r.Ordering = s.ordering()
 	fin := struct {
 		Result Result `json:"result"`
 		Err    string `json:"err"`

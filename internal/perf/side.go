@@ -109,7 +109,9 @@ func (s *side) setup() error {
 func (s *side) info() Info {
 	in := Info{Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: len(s.buf)}
 	for i, qp := range s.qps {
-		in.Endpoints = append(in.Endpoints, qp.Endpoint(s.psns[i]))
+		ep := qp.Endpoint(s.psns[i])
+		ep.Ordering = s.cfg.Ordering
+		in.Endpoints = append(in.Endpoints, ep)
 	}
 	return in
 }
@@ -121,11 +123,17 @@ func (s *side) connect(peer Info) error {
 	}
 	mtu, _ := verbs.MTUFromBytes(s.cfg.MTU)
 	for i, qp := range s.qps {
-		if err := qp.Connect(s.psns[i], peer.Endpoints[i], verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout}); err != nil {
+		if err := qp.Connect(s.psns[i], peer.Endpoints[i], verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout, Ordering: s.cfg.Ordering}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ordering returns the mode the QPs ended up in.
+func (s *side) ordering() string {
+	a, _ := s.qps[0].QueryQP()
+	return a.Ordering.String()
 }
 
 func (s *side) close() {

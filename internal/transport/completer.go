@@ -15,11 +15,26 @@ func (q *QP) handleResponse(p *wire.Packet) {
 		q.stats.Dropped++
 		return
 	}
+	if q.weak != nil {
+		switch p.BTH.Opcode {
+		case wire.OpWeakAck:
+			q.weakAck(p)
+		case wire.OpAtomicAcknowledge:
+			q.weakAtomicAck(p)
+		case wire.OpAcknowledge:
+			q.stats.Dropped++ // a weak peer acknowledges selectively
+		default:
+			q.weakReadResponse(p)
+		}
+		return
+	}
 	switch p.BTH.Opcode {
 	case wire.OpAcknowledge:
 		q.handleAck(p)
 	case wire.OpAtomicAcknowledge:
 		q.handleAtomicAck(p)
+	case wire.OpWeakAck:
+		q.stats.Dropped++
 	default:
 		q.handleReadResponse(p)
 	}

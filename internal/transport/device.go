@@ -38,6 +38,14 @@ type Config struct {
 	ReadChunk int
 	// RecvBatch is the number of datagrams per recvmmsg (default 32).
 	RecvBatch int
+	// ReorderThreshold is how many packets sent after a packet must be acknowledged before
+	// weak mode declares it lost (default 16). Reordering by fewer packets costs no
+	// retransmission.
+	ReorderThreshold int
+	// LossProbe is weak mode's loss probe: packets still unacknowledged this long after
+	// they were sent are sent again (default 4 ms, doubling while nothing is acknowledged;
+	// negative: off, leaving it to the ACK timeout). It consumes no retries.
+	LossProbe time.Duration
 	// BusyPoll is how long the receive goroutine keeps polling the socket after the last
 	// packet it received before it sleeps in the network poller (default 50 µs; negative:
 	// never). Waking a sleeping goroutine (and an idle CPU) costs several microseconds per
@@ -110,10 +118,14 @@ const (
 	DefaultMaxQP       = 65536
 	DefaultMaxMR       = 1 << 20
 	DefaultBusyPoll    = 50 * time.Microsecond
-	outPkts            = 256
-	outIovs            = 2048
-	outArena           = outPkts * 96
-	outReserve         = 4 // packets kept free for ACKs/NAKs generated under a QP lock
+	// DefaultReorderThreshold is Config.ReorderThreshold's default.
+	DefaultReorderThreshold = 16
+	// DefaultLossProbe is Config.LossProbe's default.
+	DefaultLossProbe = 4 * time.Millisecond
+	outPkts          = 256
+	outIovs          = 2048
+	outArena         = outPkts * 96
+	outReserve       = 4 // packets kept free for ACKs/NAKs generated under a QP lock
 )
 
 // Open creates the device and starts its receive and timer goroutines.
@@ -144,6 +156,12 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.BusyPoll == 0 {
 		cfg.BusyPoll = DefaultBusyPoll
+	}
+	if cfg.ReorderThreshold <= 0 {
+		cfg.ReorderThreshold = DefaultReorderThreshold
+	}
+	if cfg.LossProbe == 0 {
+		cfg.LossProbe = DefaultLossProbe
 	}
 	conn, err := netio.Listen(netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
@@ -254,7 +272,10 @@ func (d *Device) freeQPN(q *QP) {
 		delete(d.qpSet, q)
 		d.qpCount--
 	}
-	d.retired.add(&q.stats)
+	q.mu.Lock()
+	st := q.statsLocked()
+	q.mu.Unlock()
+	d.retired.add(&st)
 	d.qpMu.Unlock()
 }
 

@@ -37,6 +37,11 @@ var lim = Limits{MaxRdAtomic: 16, MaxDestRdAtomic: 16}
 
 func connect(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32) {
 	t.Helper()
+	connectMode(t, a, b, mtu, psnA, psnB, Ordered)
+}
+
+func connectMode(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32, mode Ordering) {
+	t.Helper()
 	for _, s := range []struct {
 		me, peer *side
 		sq, rq   uint32
@@ -45,7 +50,7 @@ func connect(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32) {
 		must(t, q.Modify(&Attr{State: StateInit, Port: 1, Access: tpt.RemoteRead | tpt.RemoteWrite | tpt.RemoteAtomic | tpt.LocalWrite},
 			MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
 		must(t, q.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: 16, MinRNRTimer: 1,
-			Peer: s.peer.d.LocalAddr()}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer, lim))
+			Peer: s.peer.d.LocalAddr(), Ordering: mode}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer|MaskOrdering, lim))
 		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: s.sq, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
 	}
@@ -93,15 +98,23 @@ func reg(t testing.TB, d *Device, b []byte) *tpt.Region {
 }
 
 func TestEngineOps(t *testing.T) {
-	for _, faults := range []string{"", "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01,seed=3"} {
-		t.Run("faults="+faults, func(t *testing.T) {
+	for _, mode := range []Ordering{Ordered, Weak} {
+		for _, faults := range []string{"", "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01,seed=3"} {
+			t.Run(mode.String()+"/faults="+faults, func(t *testing.T) { engineOps(t, mode, faults) })
+		}
+	}
+}
+
+func engineOps(t *testing.T, mode Ordering, faults string) {
+	{
+		{
 			var cfg Config
 			if faults != "" {
 				cfg.Faults.Loss, cfg.Faults.Reorder, cfg.Faults.Dup, cfg.Faults.Corrupt, cfg.Faults.Seed = 0.05, 0.05, 0.02, 0.01, 3
 			}
 			a := openSide(t, "127.0.0.1", cfg)
 			b := openSide(t, "127.0.0.2", cfg)
-			connect(t, a, b, wire.MTU1024, 0xFFFFF0, 0xFFFFF8) // crosses the PSN wrap
+			connectMode(t, a, b, wire.MTU1024, 0xFFFFF0, 0xFFFFF8, mode) // crosses the PSN wrap
 			const size = 300000
 			src := make([]byte, size)
 			for i := range src {
@@ -163,6 +176,6 @@ func TestEngineOps(t *testing.T) {
 			}
 			t.Logf("A %+v", a.d.Stats())
 			t.Logf("B %+v", b.d.Stats())
-		})
+		}
 	}
 }

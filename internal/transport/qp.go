@@ -44,6 +44,9 @@ type sendWQE struct {
 	verr       uint32 // local error found at post time, reported when the WQE is reached
 	firstPSN   uint32
 	npkts      uint32
+	doneCnt    uint32 // weak mode: PSNs acknowledged or answered
+	rsn        uint32 // weak mode: receive sequence number (SEND, WRITE with immediate)
+	readSN     uint32 // weak mode: read sequence number of the first READ request or the atomic
 	op         uint8
 	flags      uint8
 	signaled   bool
@@ -90,6 +93,7 @@ type QP struct {
 
 	req   requester
 	resp  responder
+	weak  *weakState // weakly-ordered mode's bookkeeping; nil in ordered mode
 	stats Stats
 
 	txOwner    bool // a goroutine is building/sending this QP's requests
@@ -189,19 +193,22 @@ const (
 	MaskPathMigState    uint32 = 1 << 18
 	MaskCap             uint32 = 1 << 19
 	MaskDestQPN         uint32 = 1 << 20
-	maskAll             uint32 = 1<<21 - 1
+	// MaskOrdering selects Attr.Ordering and Attr.MaxHole (a softrnic extension, in a
+	// bit libibverbs does not use); allowed on INIT -> RTR.
+	MaskOrdering uint32 = 1 << 30
+	maskAll      uint32 = 1<<21 - 1 | MaskOrdering
 )
 
-var maskNames = [...]string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX",
+var maskNames = [...]string{0: "STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX",
 	"PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN",
 	"MAX_QP_RD_ATOMIC", "ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC",
-	"PATH_MIG_STATE", "CAP", "DEST_QPN"}
+	"PATH_MIG_STATE", "CAP", "DEST_QPN", 30: "ORDERING"}
 
 // MaskString names the bits of an attribute mask, e.g. "AV|PATH_MTU".
 func MaskString(m uint32) string {
 	var s []string
 	for i, n := range maskNames {
-		if m&(1<<i) != 0 {
+		if n != "" && m&(1<<i) != 0 {
 			s = append(s, n)
 		}
 	}
@@ -229,7 +236,35 @@ type Attr struct {
 	Port            uint8
 	SQDNotify       bool
 	Peer            netip.AddrPort // from the address vector: peer IP and UDP port
+	// Ordering selects ordered (standard RC) or weakly-ordered mode; both sides must
+	// agree. MaxHole is weak mode's arrival-bitmap span in PSNs (the largest hole and the
+	// requester's window; 0: DefaultMaxHole).
+	Ordering Ordering
+	MaxHole  uint32
 }
+
+// Ordering is a QP's delivery mode.
+type Ordering uint8
+
+// Orderings.
+const (
+	Ordered Ordering = iota // standard RC: in-order placement, go-back-N
+	Weak                    // out-of-order placement, in-order completion, selective retransmission
+)
+
+func (o Ordering) String() string {
+	if o == Weak {
+		return "weak"
+	}
+	return "ordered"
+}
+
+// Weak-mode limits.
+const (
+	DefaultMaxHole = 2048
+	MinMaxHole     = 64
+	MaxMaxHole     = 1 << 16
+)
 
 type transition struct{ req, opt uint32 }
 
@@ -245,7 +280,7 @@ var transitions = func() map[[2]QPState]transition {
 	t[[2]QPState{StateInit, StateInit}] = transition{opt: MaskPKeyIndex | MaskPort | MaskAccessFlags}
 	t[[2]QPState{StateInit, StateRTR}] = transition{
 		req: MaskAV | MaskPathMTU | MaskDestQPN | MaskRQPSN | MaskMaxDestRdAtomic | MaskMinRNRTimer,
-		opt: MaskAltPath | MaskAccessFlags | MaskPKeyIndex}
+		opt: MaskAltPath | MaskAccessFlags | MaskPKeyIndex | MaskOrdering}
 	t[[2]QPState{StateRTR, StateRTS}] = transition{
 		req: MaskTimeout | MaskRetryCnt | MaskRNRRetry | MaskSQPSN | MaskMaxQPRdAtomic,
 		opt: MaskCurState | MaskAltPath | MaskAccessFlags | MaskMinRNRTimer | MaskPathMigState}
@@ -361,6 +396,14 @@ func (q *QP) checkAttr(a *Attr, mask uint32, lim Limits, peer *netio.Addr) error
 	if mask&MaskPKeyIndex != 0 && a.PKeyIndex != 0 {
 		return fmt.Errorf("pkey_index %d: the device has one P_Key, at index 0", a.PKeyIndex)
 	}
+	if mask&MaskOrdering != 0 {
+		if a.Ordering > Weak {
+			return fmt.Errorf("ordering %d: want ordered (0) or weak (1)", a.Ordering)
+		}
+		if a.MaxHole != 0 && (a.MaxHole < MinMaxHole || a.MaxHole > MaxMaxHole) {
+			return fmt.Errorf("max hole %d out of range %d..%d", a.MaxHole, MinMaxHole, MaxMaxHole)
+		}
+	}
 	if mask&MaskAV != 0 {
 		if !a.Peer.Addr().IsValid() || a.Peer.Port() == 0 {
 			return fmt.Errorf("address vector has no destination (%v)", a.Peer)
@@ -431,6 +474,12 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 	if mask&MaskEnSQDAsyncNotif != 0 {
 		q.sqdNotify = a.SQDNotify
 	}
+	if mask&MaskOrdering != 0 {
+		at.Ordering, at.MaxHole = a.Ordering, a.MaxHole
+		if at.Ordering == Weak && at.MaxHole == 0 {
+			at.MaxHole = DefaultMaxHole
+		}
+	}
 }
 
 // setState enters a new state and does what entering it means.
@@ -441,6 +490,14 @@ func (q *QP) setState(s QPState) {
 	switch s {
 	case StateReset:
 		q.resetQueues()
+	case StateRTR:
+		if q.attr.Ordering == Weak {
+			q.weak = newWeakState(q, q.attr.MaxHole, q.resp.epsn)
+		}
+	case StateRTS:
+		if q.weak != nil && old == StateRTR {
+			q.weak.startRequester(q.req.nextPSN)
+		}
 	case StateErr:
 		if old != StateErr {
 			q.flush(StatusWRFlushErr, 0)
@@ -470,6 +527,12 @@ func (q *QP) resetQueues() {
 	}
 	q.req = requester{}
 	q.resp.reset()
+	if q.weak != nil {
+		// Keep the counters of the weak-mode bookkeeping that goes away.
+		q.stats.HolesOpened += q.weak.arrived.Opened + q.weak.done.Opened
+		q.stats.HolesClosed += q.weak.arrived.Closed + q.weak.done.Closed
+		q.weak = nil
+	}
 	q.commEst = false
 	q.attr = Attr{}
 	q.mtu = 0

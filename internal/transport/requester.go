@@ -51,8 +51,17 @@ func (q *QP) pktsFor(w *sendWQE) uint32 {
 	return n
 }
 
-// fill builds request packets into b until the window, the queue or b is exhausted. It
-// returns true when it stopped because b is full.
+// window returns how many PSNs past una the requester may send.
+func (q *QP) window() int32 {
+	if q.weak != nil {
+		return int32(q.weak.span)
+	}
+	return int32(q.dev.cfg.Window)
+}
+
+// fill builds request packets into b until the window, the queue or b is exhausted: in
+// weak mode selective retransmissions first, then new packets. It returns true when it
+// stopped because b is full.
 func (q *QP) fill(b *netio.SendBatch) bool {
 	if q.state != StateRTS && q.state != StateSQD {
 		return false
@@ -65,7 +74,15 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		return false
 	}
 	defer q.armRTO()
-	window := int32(q.dev.cfg.Window)
+	var now int64
+	if q.weak != nil {
+		now = q.dev.now()
+		defer q.armProbe(now)
+		if q.fillRetransmits(b, now) {
+			return true
+		}
+	}
+	window := q.window()
 	size := uint64(len(q.sq))
 	for q.sqCur != q.sqHead {
 		w := &q.sq[q.sqCur%size]
@@ -98,6 +115,9 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			r.nextPSN = wire.PSNAdd(r.nextPSN, w.npkts)
 			r.curPSN = w.firstPSN
 			q.sqStarted++
+			if q.weak != nil {
+				q.weak.start(q, w)
+			}
 		}
 		end := r.curPSN // last PSN the next packet covers
 		if w.op == WRRead {
@@ -106,6 +126,12 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		if wire.PSNDiff(end, r.una) >= window {
 			return false
 		}
+		if q.weak != nil && q.weak.inflight+uint32(wire.PSNDiff(end, r.curPSN))+1 > q.weak.cap {
+			return false // in weak mode the window bounds packets in flight, not PSNs past una
+		}
+		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
+			return true
+		}
 		fresh := !wire.PSNBefore(r.curPSN, r.highPSN)
 		if fresh && w.isReadOrAtomic() && q.chunkStart(w, r.curPSN) {
 			if r.rdOut >= int(q.attr.MaxRdAtomic) {
@@ -113,10 +139,11 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			}
 			r.rdOut++
 		}
-		if !b.Room(maxPieces+2, wire.MaxHeaderLen+16) {
-			return true
+		psn := r.curPSN
+		r.curPSN = q.buildRequest(b, w, psn, end, false)
+		if q.weak != nil {
+			q.weak.sent(q.sqCur, w, psn, r.curPSN, now)
 		}
-		q.buildRequest(b, w, end)
 		if fresh {
 			r.highPSN = r.curPSN
 		} else {
@@ -159,28 +186,43 @@ func (q *QP) chunkStart(w *sendWQE, psn uint32) bool {
 	return uint32(wire.PSNDiff(psn, w.firstPSN))%uint32(q.dev.cfg.ReadChunk) == 0
 }
 
-// buildRequest emits the request packet for w at r.curPSN (a READ request covers up to
-// end) and advances r.curPSN.
-func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, end uint32) {
+// buildRequest emits w's request packet at psn (a READ request covers psn..end) and
+// returns the PSN after it. ackReq forces the AckReq bit (retransmissions).
+func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end uint32, ackReq bool) uint32 {
 	r := &q.req
-	psn := r.curPSN
 	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
 	off := uint64(idx) * uint64(q.mtu)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
+	weak := q.weak != nil
+	var ooh wire.OOH
 	var pieces [maxPieces][]byte
 	var pay [][]byte
 	payLen := 0
 	var hdr []byte
+	var info *wire.OpInfo
+	next := wire.PSNAdd(psn, 1)
 	switch w.op {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
 		n := min(uint64(q.mtu), uint64(w.length)-off)
 		first, last := idx == 0, psn == w.lastPSN()
-		bth.Opcode = requestOpcode(w.op, first, last)
-		info := bth.Opcode.Info()
+		if weak {
+			bth.Opcode = weakDataOpcode(w.op, last)
+			ooh = wire.OOH{Seq: w.rsn, Offset: uint32(off), Length: w.length}
+			if w.op != WRWrite {
+				ooh.Flags = wire.OOHRecv
+			}
+		} else {
+			bth.Opcode = requestOpcode(w.op, first, last)
+		}
+		info = bth.Opcode.Info()
 		hdr = b.Alloc(info.HdrLen)
 		o := wire.BTHLen
 		if info.Flags&wire.HasRETH != 0 {
-			reth := wire.RETH{VA: w.raddr, RKey: w.rkey, DMALen: w.length}
+			va := w.raddr
+			if weak {
+				va += off // every weak WRITE packet addresses its own payload
+			}
+			reth := wire.RETH{VA: va, RKey: w.rkey, DMALen: w.length}
 			reth.Put(hdr[o:])
 			o += wire.RETHLen
 		}
@@ -189,21 +231,27 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, end uint32) {
 		}
 		bth.SE = last && w.flags&FlagSolicited != 0 && w.op != WRWrite
 		r.sinceAckReq++
-		if last || r.sinceAckReq >= q.dev.cfg.AckReqEvery {
+		if last || ackReq || r.sinceAckReq >= q.dev.cfg.AckReqEvery {
 			bth.AckReq = true
 			r.sinceAckReq = 0
 		}
 		pay = gather(w.segs, off, int(n), pieces[:0])
 		payLen = int(n)
-		r.curPSN = wire.PSNAdd(psn, 1)
 	case WRRead:
 		n := uint64(wire.PSNDiff(end, psn)+1) * uint64(q.mtu)
 		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
 		bth.Opcode = wire.OpReadRequest
-		hdr = b.Alloc(wire.BTHLen + wire.RETHLen)
+		if weak {
+			bth.Opcode = wire.OpWeakReadReq
+			chunk := idx / uint32(q.dev.cfg.ReadChunk)
+			ooh = wire.OOH{Seq: wire.PSNAdd(w.readSN, chunk), Offset: uint32(off), Length: uint32(n)}
+		}
+		info = bth.Opcode.Info()
+		hdr = b.Alloc(info.HdrLen)
 		reth := wire.RETH{VA: w.raddr + off, RKey: w.rkey, DMALen: uint32(n)}
 		reth.Put(hdr[wire.BTHLen:])
-		r.curPSN = wire.PSNAdd(end, 1)
+		bth.AckReq = ackReq
+		next = wire.PSNAdd(end, 1)
 	default: // atomics
 		bth.Opcode = wire.OpCompareSwap
 		at := wire.AtomicETH{VA: w.raddr, RKey: w.rkey, SwapAdd: w.swap, Compare: w.compareAdd}
@@ -211,13 +259,37 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, end uint32) {
 			bth.Opcode = wire.OpFetchAdd
 			at.SwapAdd, at.Compare = w.compareAdd, 0
 		}
-		hdr = b.Alloc(wire.BTHLen + wire.AtomicETHLen)
+		if weak {
+			bth.Opcode += wire.OpWeakCmpSwap - wire.OpCompareSwap
+			ooh = wire.OOH{Seq: w.readSN, Length: 8}
+		}
+		info = bth.Opcode.Info()
+		hdr = b.Alloc(info.HdrLen)
 		at.Put(hdr[wire.BTHLen:])
-		r.curPSN = wire.PSNAdd(psn, 1)
+		bth.AckReq = ackReq
+	}
+	if weak {
+		ooh.TxSeq = q.weak.txSeq + 1
+		ooh.Put(hdr[info.HdrLen-wire.OOHLen:])
 	}
 	bth.PadCnt = uint8(wire.PadFor(payLen))
 	bth.Put(hdr)
 	q.emit(b, hdr, pay, payLen)
+	return next
+}
+
+// weakDataOpcode returns the weak-mode opcode of a SEND or WRITE packet; the immediate
+// travels on the message's last packet.
+func weakDataOpcode(op uint8, last bool) wire.Opcode {
+	switch {
+	case op == WRSendImm && last:
+		return wire.OpWeakSendImm
+	case op == WRSend || op == WRSendImm:
+		return wire.OpWeakSend
+	case op == WRWriteImm && last:
+		return wire.OpWeakWriteImm
+	}
+	return wire.OpWeakWrite
 }
 
 func requestOpcode(op uint8, first, last bool) wire.Opcode {
@@ -286,6 +358,9 @@ func (q *QP) armRTO() {
 		return
 	}
 	if r.rtoAt == 0 {
+		if q.weak != nil {
+			to <<= q.weak.backoff
+		}
 		r.rtoAt = q.dev.now() + int64(to)
 		q.dev.timers.arm(q, r.rtoAt)
 	}
@@ -354,10 +429,22 @@ func (q *QP) onTimer() {
 	}
 	r := &q.req
 	kick := false
+	if ws := q.weak; ws != nil && ws.probeAt != 0 && !r.rnrWait {
+		if now >= ws.probeAt {
+			q.lossProbe(now)
+			kick = len(ws.lost) > 0
+		} else {
+			q.dev.timers.arm(q, ws.probeAt)
+		}
+	}
 	if r.rnrWait {
 		if now >= r.rnrUntil {
 			r.rnrWait = false
-			q.rewind(r.rnrPSN)
+			if q.weak != nil {
+				q.queueMissing(r.rnrPSN)
+			} else {
+				q.rewind(r.rnrPSN)
+			}
 			r.rtoAt = 0
 			kick = true
 		} else {
@@ -374,7 +461,11 @@ func (q *QP) onTimer() {
 				return
 			}
 			r.retryLeft--
-			q.rewind(r.una)
+			if q.weak != nil {
+				q.weakTimeout()
+			} else {
+				q.rewind(r.una)
+			}
 			r.rtoAt = 0
 			kick = true
 		} else {

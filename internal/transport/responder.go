@@ -21,12 +21,17 @@ const (
 type respResource struct {
 	kind     uint8
 	queued   bool   // on the pump list
+	held     bool   // weak mode: prepared, waiting for the doorbell (the hole before it to close)
+	fetchAdd bool   // weak mode, held atomic: FetchAdd (else CmpSwap)
 	firstPSN uint32 // PSN range the request uses
 	lastPSN  uint32
 	start    uint32 // first PSN of the current (re)play: its response is FIRST/ONLY
 	next     uint32 // next response PSN to send
-	mem      []byte // READ: the checked source memory
+	stop     uint32 // last PSN of the current (re)play
+	mem      []byte // READ: the checked source memory; held atomic: the target
 	orig     uint64 // atomic: the value the target held before
+	swapAdd  uint64 // weak mode, held atomic: operands
+	compare  uint64
 }
 
 // responder is the receive side of a QP.
@@ -119,7 +124,13 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 				q.dev.raise(Event{Type: EventCommEst, QP: q, Detail: "first packet received in RTR"})
 			}
 		}
-		q.handleRequest(p)
+		if q.weak != nil {
+			q.weakRequest(p)
+		} else if p.Info.Flags&wire.IsWeak != 0 {
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "weakly-ordered request on an ordered QP")
+		} else {
+			q.handleRequest(p)
+		}
 		return
 	}
 	if q.state == StateRTR {
@@ -194,7 +205,7 @@ func (q *QP) recvSend(p *wire.Packet) {
 	}
 	if f&wire.IsFirst != 0 {
 		if !q.rq.pop(&rs.rwqe) {
-			q.sendRNR()
+			q.sendRNR(rs.epsn)
 			return
 		}
 		rs.haveRWQE = true
@@ -251,7 +262,7 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	if f&wire.HasImmDt != 0 && !rs.haveRWQE {
 		// The immediate consumes a receive WQE; without one, nothing of this packet is placed.
 		if !q.rq.pop(&rs.rwqe) {
-			q.sendRNR()
+			q.sendRNR(rs.epsn)
 			return
 		}
 		rs.haveRWQE = true
@@ -320,7 +331,8 @@ func (q *QP) recvRead(p *wire.Packet) {
 	}
 	npkts := max((reth.DMALen+q.mtu-1)/q.mtu, 1)
 	psn := p.BTH.PSN
-	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: wire.PSNAdd(psn, npkts-1), start: psn, next: psn, mem: mem}, npkts)
+	last := wire.PSNAdd(psn, npkts-1)
+	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem}, npkts)
 }
 
 func (q *QP) recvAtomic(p *wire.Packet) {
@@ -348,7 +360,7 @@ func (q *QP) recvAtomic(p *wire.Packet) {
 	binary.NativeEndian.PutUint64(mem, v)
 	q.dev.atomicMu.Unlock()
 	psn := p.BTH.PSN
-	q.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, orig: orig}, 1)
+	q.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn, orig: orig}, 1)
 }
 
 // allocResource takes the next slot of the resource ring and returns its index.
@@ -399,7 +411,7 @@ func (q *QP) duplicate(p *wire.Packet) {
 			if kind == resAtomic && psn != r.firstPSN {
 				continue
 			}
-			r.start, r.next = psn, psn
+			r.start, r.next, r.stop = psn, psn, r.lastPSN
 			q.queueResource(i)
 			return
 		}
@@ -436,7 +448,7 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 	rs := &q.resp
 	for len(rs.pend) > 0 {
 		r := &rs.res[rs.pend[0]]
-		for r.kind != resFree && !wire.PSNBefore(r.lastPSN, r.next) {
+		for r.kind != resFree && !wire.PSNBefore(r.stop, r.next) {
 			if !b.Room(3, wire.MaxHeaderLen+16) {
 				return false
 			}
@@ -478,7 +490,7 @@ func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 		q.emit(b, hdr, nil, 0)
 		return
 	}
-	first, last := psn == r.start, psn == r.lastPSN
+	first, last := psn == r.start, psn == r.stop
 	switch {
 	case first && last:
 		bth.Opcode = wire.OpReadResponseOnly
@@ -532,6 +544,12 @@ func (q *QP) sendNak(syn uint8, psn uint32) {
 }
 
 func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn uint32) {
+	if q.weak != nil {
+		// Weak mode acknowledges selectively: everything before the first hole, and the
+		// runs beyond it. NAKs and RNR NAKs travel the same way.
+		q.sendSACK(b, syn, wire.PSNAdd(q.weak.arrived.Base(), wire.PSNMask))
+		return
+	}
 	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
 	hdr := b.Alloc(wire.BTHLen + wire.AETHLen)
 	bth.Put(hdr)
@@ -540,10 +558,10 @@ func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn uint32) {
 	q.emit(b, hdr, nil, 0)
 }
 
-// sendRNR refuses the packet at epsn for lack of a receive WQE.
-func (q *QP) sendRNR() {
+// sendRNR refuses the packet at psn for lack of a receive WQE.
+func (q *QP) sendRNR(psn uint32) {
 	q.resp.nakSent = true // later packets of the burst are dropped quietly
-	q.sendNak(wire.AETHRNR|q.attr.MinRNRTimer&0x1F, q.resp.epsn)
+	q.sendNak(wire.AETHRNR|q.attr.MinRNRTimer&0x1F, psn)
 }
 
 // respFatal handles a request the responder cannot execute: it NAKs it, completes the

@@ -104,6 +104,21 @@ func (q *RecvQueue) pop(dst *recvWQE) bool {
 	return true
 }
 
+// peek copies the WQE i places after the oldest into dst (which keeps its own copy of the
+// scatter list) without taking it; false if fewer are posted. The WQE stays in its slot
+// until pop takes it, so its memory may be written meanwhile.
+func (q *RecvQueue) peek(i int, dst *recvWQE) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if i < 0 || uint64(i) >= q.head-q.tail {
+		return false
+	}
+	w := &q.ring[(q.tail+uint64(i))%uint64(len(q.ring))]
+	dst.wrID, dst.length, dst.verr = w.wrID, w.length, w.verr
+	dst.segs = append(dst.segs[:0], w.segs...)
+	return true
+}
+
 // flush completes every waiting WQE with WR_FLUSH_ERR on cq.
 func (q *RecvQueue) flush(cq *CQ, qpn uint32) {
 	q.mu.Lock()

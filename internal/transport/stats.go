@@ -14,6 +14,15 @@ type Stats struct {
 	WrongSource        uint64 // packets from an address other than the QP's peer
 	Dropped            uint64 // packets dropped for the QP's state or a protocol error
 
+	// Weakly-ordered mode.
+	PlacedOutOfOrder     uint64 // request packets placed while an earlier PSN was missing
+	HolesOpened          uint64 // holes in the request and response PSN streams
+	HolesClosed          uint64
+	SACKsSent            uint64 // selective acknowledgements
+	SACKsRecv            uint64
+	SelectiveRetransmits uint64 // packets retransmitted alone, found lost by SACK or timer
+	BeyondSpan           uint64 // packets dropped for lying past the arrival bitmap
+
 	// Device-wide receive-path drops (zero in a QP's counters).
 	ICRCErrors uint64 // bad ICRC
 	Malformed  uint64 // undecodable headers, bad P_Key
@@ -35,6 +44,13 @@ func (s *Stats) add(o *Stats) {
 	s.Timeouts += o.Timeouts
 	s.WrongSource += o.WrongSource
 	s.Dropped += o.Dropped
+	s.PlacedOutOfOrder += o.PlacedOutOfOrder
+	s.HolesOpened += o.HolesOpened
+	s.HolesClosed += o.HolesClosed
+	s.SACKsSent += o.SACKsSent
+	s.SACKsRecv += o.SACKsRecv
+	s.SelectiveRetransmits += o.SelectiveRetransmits
+	s.BeyondSpan += o.BeyondSpan
 	s.ICRCErrors += o.ICRCErrors
 	s.Malformed += o.Malformed
 	s.UnknownQP += o.UnknownQP
@@ -44,7 +60,16 @@ func (s *Stats) add(o *Stats) {
 func (q *QP) Stats() Stats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.stats
+	return q.statsLocked()
+}
+
+func (q *QP) statsLocked() Stats {
+	s := q.stats
+	if q.weak != nil {
+		s.HolesOpened += q.weak.arrived.Opened + q.weak.done.Opened
+		s.HolesClosed += q.weak.arrived.Closed + q.weak.done.Closed
+	}
+	return s
 }
 
 // Stats returns the device's counters: its receive-path drops plus the sum over all QPs,

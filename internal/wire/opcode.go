@@ -42,9 +42,9 @@ const (
 	transportManufacturer Opcode = 0xC0 // 0xC0..0xFF: manufacturer-specific
 )
 
-// Extended headers an opcode may carry, in wire order.
+// Extended headers an opcode may carry, in wire order, and what kind of packet it is.
 const (
-	HasRETH uint16 = 1 << iota
+	HasRETH uint32 = 1 << iota
 	HasAETH
 	HasAtomicETH
 	HasAtomicAckETH
@@ -60,18 +60,19 @@ const (
 	IsWrite
 	IsRead
 	IsAtomic
+	IsWeak // a weakly-ordered mode packet (manufacturer-specific)
 )
 
 // OpInfo describes one opcode: which headers follow the BTH and what kind of packet it is.
 type OpInfo struct {
 	Name   string
-	Flags  uint16
+	Flags  uint32
 	HdrLen int // BTH plus all extended headers
 	Valid  bool
 }
 
 // Has reports whether all of the given flag bits are set for the opcode.
-func (i *OpInfo) Has(f uint16) bool { return i.Flags&f == f }
+func (i *OpInfo) Has(f uint32) bool { return i.Flags&f == f }
 
 var opTable [opcodeCount]OpInfo
 
@@ -89,7 +90,7 @@ const (
 	MaxHeaderLen = BTHLen + AtomicETHLen + ImmDtLen + RETHLen
 )
 
-func hdrLen(flags uint16) int {
+func hdrLen(flags uint32) int {
 	n := BTHLen
 	if flags&HasRETH != 0 {
 		n += RETHLen
@@ -115,7 +116,7 @@ func hdrLen(flags uint16) int {
 // RegisterOpcode adds a manufacturer-specific opcode (0xC0..0xFF) with the given header
 // layout. The standard RC opcodes are registered at init; it panics on a standard opcode
 // or a duplicate, which is a programming error.
-func RegisterOpcode(op Opcode, name string, flags uint16, extra int) {
+func RegisterOpcode(op Opcode, name string, flags uint32, extra int) {
 	if op&transportMask != transportManufacturer {
 		panic("wire: RegisterOpcode outside the manufacturer-specific range: " + name)
 	}
@@ -126,7 +127,7 @@ func RegisterOpcode(op Opcode, name string, flags uint16, extra int) {
 }
 
 func init() {
-	def := func(op Opcode, name string, flags uint16) {
+	def := func(op Opcode, name string, flags uint32) {
 		opTable[op] = OpInfo{Name: name, Flags: flags, HdrLen: hdrLen(flags), Valid: true}
 	}
 	const sendReq = IsRequest | IsSend | HasPayload

@@ -1,0 +1,780 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/softrnic/softrnic/internal/holes"
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/tpt"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// Weakly-ordered mode (as IRN, Falcon's weakly-ordered RDMA and NVIDIA's out-of-order
+// placement): every packet describes itself and is placed the moment it arrives; what it
+// completes is held, counted on the hole in the PSN space it waits for, and released in
+// order when that hole closes (package holes). Losses are found from selective
+// acknowledgements with a reordering threshold, or by the retransmission timer with
+// back-off, and only the lost packets are sent again.
+//
+// Responder, per hole: receive completions (SEND, WRITE with immediate) whose CQEs are
+// posted when it closes; READ requests whose responses are prepared but held for the
+// doorbell that rings when it closes; atomics, executed when it closes.
+// Requester, per hole in the acknowledged/answered PSNs: READ work requests whose
+// responses all arrived, SEND/WRITE work requests all acknowledged, atomics answered; they
+// complete when it closes.
+//
+// Memory visibility: bytes of a message may land in any order. Only a completion (a CQE,
+// or a later message's CQE) says a message's bytes are all there; polling the last byte
+// of a buffer does not.
+
+// Kinds of held items.
+const (
+	// Responder.
+	kindRecv    holes.Kind = 0 // a receive completion (SEND, WRITE with immediate)
+	kindReadReq holes.Kind = 1 // a READ request whose responses wait for the doorbell
+	kindAtomic  holes.Kind = 2 // an atomic, executed when the hole closes
+	// Requester.
+	kindSendDone   holes.Kind = 0 // a SEND or WRITE work request, acknowledged
+	kindReadDone   holes.Kind = 1 // a READ work request, all responses arrived
+	kindAtomicDone holes.Kind = 2 // an atomic work request, answered
+)
+
+// psnMeta is what the requester knows about one PSN in flight.
+type psnMeta struct {
+	sentAt int64  // device time of its last (re)transmission or of its READ request
+	seq    uint32 // transmission number of its last (re)transmission or of its READ request
+	wqe    uint32 // low bits of the index of the WQE it belongs to
+	resp   bool   // completed by a response (READ, atomic), not by an acknowledgement
+	queued bool   // on the retransmission list
+	retx   bool   // sent more than once (no round-trip sample from it)
+}
+
+// weakMsg is a message that consumes a receive WQE, while its packets arrive.
+type weakMsg struct {
+	valid  bool
+	rsn    uint32
+	npk    uint32 // packets
+	got    uint32 // packets placed
+	length uint32
+	imm    uint32
+	hasImm bool
+	se     bool
+	write  bool // WRITE with immediate
+	wqe    recvWQE
+}
+
+// weakState is a weakly-ordered QP's bookkeeping, both directions.
+type weakState struct {
+	span    uint32
+	reorder int32
+
+	// Requester.
+	done     *holes.Tracker // PSNs acknowledged or answered; Base is una
+	meta     []psnMeta      // by PSN & (span-1)
+	txSeq    uint32         // transmissions so far
+	inflight uint32         // PSNs sent and not yet acknowledged or answered
+	cap      uint32         // most PSNs in flight (the device's window)
+	ackedSeq uint32         // highest transmission number found acknowledged or answered
+	lost     []uint32       // PSNs to retransmit (entries whose meta is no longer queued are stale)
+	backoff  uint8          // retransmission timer doublings since the last progress
+	probeAt  int64          // loss probe deadline (0: not armed)
+	probeBo  uint8          // loss probe doublings since the last progress
+	probe    int64          // minimum loss probe interval
+	srtt     int64          // smoothed round trip (ns), from first transmissions only
+	rttvar   int64
+	sample   int64 // round trip measured by the packet being processed (0: none)
+	nextRSN  uint32
+	nextRdSN uint32
+
+	// Responder.
+	arrived *holes.Tracker // request PSNs arrived; Base is the expected PSN
+	highTx  uint32         // highest transmission number received (echoed in SACKs)
+	msgs    []weakMsg      // by receive sequence number & (span-1)
+	rsnBase uint32         // receive sequence number of the next receive WQE to consume
+
+	items  []holes.Item // scratch
+	ranges [][2]uint32  // scratch
+}
+
+func newWeakState(q *QP, span, epsn uint32) *weakState {
+	ws := &weakState{
+		cap:     uint32(q.dev.cfg.Window),
+		reorder: int32(q.dev.cfg.ReorderThreshold),
+		probe:   int64(q.dev.cfg.LossProbe),
+		arrived: holes.New(epsn, span),
+		done:    holes.New(0, span),
+	}
+	ws.span = ws.arrived.Span()
+	ws.meta = make([]psnMeta, ws.span)
+	ws.msgs = make([]weakMsg, ws.span)
+	return ws
+}
+
+// startRequester sets the first PSN the requester sends.
+func (ws *weakState) startRequester(psn uint32) { ws.done.Reset(psn) }
+
+func (ws *weakState) m(psn uint32) *psnMeta { return &ws.meta[psn&(ws.span-1)] }
+
+// wqeAt returns the WQE whose index has low bits idx (it lies between tail and started).
+func (q *QP) wqeAt(idx uint32) *sendWQE {
+	full := q.sqTail + uint64(idx-uint32(q.sqTail))
+	return &q.sq[full%uint64(len(q.sq))]
+}
+
+// start gives a WQE entering the wire its sequence numbers.
+func (ws *weakState) start(q *QP, w *sendWQE) {
+	w.doneCnt = 0
+	switch w.op {
+	case WRSend, WRSendImm, WRWriteImm:
+		w.rsn = ws.nextRSN
+		ws.nextRSN = wire.PSNAdd(ws.nextRSN, 1)
+	case WRRead:
+		w.readSN = ws.nextRdSN
+		chunks := (w.npkts + uint32(q.dev.cfg.ReadChunk) - 1) / uint32(q.dev.cfg.ReadChunk)
+		ws.nextRdSN = wire.PSNAdd(ws.nextRdSN, chunks)
+	case WRAtomicCmpSwap, WRAtomicFetch:
+		w.readSN = ws.nextRdSN
+		ws.nextRdSN = wire.PSNAdd(ws.nextRdSN, 1)
+	}
+}
+
+// sent records a transmission, at device time now, of PSNs [psn, next) of the WQE at index
+// idx.
+func (ws *weakState) sent(idx uint64, w *sendWQE, psn, next uint32, now int64) {
+	ws.txSeq++ // buildRequest put this number (txSeq+1 then) in the packet
+	for p := psn; p != next; p = wire.PSNAdd(p, 1) {
+		ws.inflight++
+		*ws.m(p) = psnMeta{seq: ws.txSeq, wqe: uint32(idx), resp: w.isReadOrAtomic(), sentAt: now}
+	}
+}
+
+// armProbe starts the loss probe if requests are outstanding and it is not running.
+func (q *QP) armProbe(now int64) {
+	ws := q.weak
+	if ws.probeAt != 0 || !q.req.outstanding() || ws.probe <= 0 {
+		return
+	}
+	ws.probeAt = now + ws.probeInterval()<<ws.probeBo
+	q.dev.timers.arm(q, ws.probeAt)
+}
+
+// probeInterval is the loss probe's interval: at least the configured minimum, and long
+// enough for a round trip with its variation (as a TCP retransmission timer, RFC 6298).
+func (ws *weakState) probeInterval() int64 {
+	return max(ws.probe, ws.srtt+4*ws.rttvar, 2*ws.srtt)
+}
+
+// rtt folds the round trip measured by the packet just processed into the estimate.
+func (ws *weakState) rtt() {
+	s := ws.sample
+	if s <= 0 {
+		return
+	}
+	ws.sample = 0
+	if ws.srtt == 0 {
+		ws.srtt, ws.rttvar = s, s/2
+		return
+	}
+	d := ws.srtt - s
+	if d < 0 {
+		d = -d
+	}
+	ws.rttvar += (d - ws.rttvar) / 4
+	ws.srtt += (s - ws.srtt) / 8
+}
+
+// lossProbe runs when the loss probe fires: nothing was acknowledged for a probe
+// interval, so the first missing PSN goes again (if it was sent at least that long ago).
+// Its acknowledgement, newer than everything still missing, lets the reordering threshold
+// find the other losses — the last packets of a burst, a lost retransmission while the
+// window is full — long before the ACK timeout; a probe sent because of a mere stall costs
+// one packet. It uses none of the retry budget.
+func (q *QP) lossProbe(now int64) {
+	ws, r := q.weak, &q.req
+	ws.probeAt = 0
+	if !r.outstanding() {
+		return
+	}
+	age := ws.probeInterval() << ws.probeBo
+	for p := r.una; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+		if m := ws.m(p); !ws.done.Has(p) {
+			if !m.queued && now-m.sentAt >= age {
+				ws.queueLost(p)
+			}
+			break
+		}
+	}
+	if ws.probeBo < 4 {
+		ws.probeBo++
+	}
+	q.armProbe(now)
+}
+
+// fillRetransmits sends the PSNs found lost, alone (a READ re-requests the run of missing
+// responses). It returns true if b filled up.
+func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
+	ws := q.weak
+	r := &q.req
+	for len(ws.lost) > 0 {
+		p := ws.lost[0]
+		m := ws.m(p)
+		if !m.queued || ws.done.Has(p) || !wire.PSNBefore(p, r.highPSN) {
+			m.queued = false
+			ws.lost = ws.lost[1:]
+			continue
+		}
+		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
+			return true
+		}
+		w := q.wqeAt(m.wqe)
+		end := p
+		if w.op == WRRead {
+			ce := q.readChunkEnd(w, p)
+			for end != ce {
+				n := wire.PSNAdd(end, 1)
+				if ws.done.Has(n) {
+					break
+				}
+				end = n
+			}
+		}
+		idx := m.wqe
+		q.buildRequest(b, w, p, end, true)
+		ws.txSeq++
+		for x := p; ; x = wire.PSNAdd(x, 1) {
+			mx := ws.m(x)
+			mx.seq, mx.queued, mx.wqe, mx.sentAt, mx.retx = ws.txSeq, false, idx, now, true
+			if x == end {
+				break
+			}
+		}
+		ws.lost = ws.lost[1:]
+		q.stats.Retransmits++
+		q.stats.SelectiveRetransmits++
+	}
+	if len(ws.lost) == 0 {
+		ws.lost = ws.lost[:0:cap(ws.lost)]
+	}
+	return false
+}
+
+// queueLost puts p on the retransmission list.
+func (ws *weakState) queueLost(p uint32) {
+	m := ws.m(p)
+	if !m.queued {
+		m.queued = true
+		ws.lost = append(ws.lost, p)
+	}
+}
+
+// queueMissing puts every PSN in [from, high) not yet acknowledged or answered on the
+// retransmission list (timer expiry, end of an RNR wait).
+func (q *QP) queueMissing(from uint32) {
+	ws, r := q.weak, &q.req
+	if wire.PSNBefore(from, r.una) {
+		from = r.una
+	}
+	for p := from; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+		if !ws.done.Has(p) {
+			ws.queueLost(p)
+		}
+	}
+}
+
+// detectLoss declares lost every PSN still missing that was sent at least the reordering
+// threshold of transmissions before one that was acknowledged or answered.
+func (q *QP) detectLoss() {
+	ws, r := q.weak, &q.req
+	for p := r.una; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+		m := ws.m(p)
+		if int32(ws.ackedSeq-m.seq) < ws.reorder {
+			break // later PSNs were sent later still
+		}
+		if !m.queued && !ws.done.Has(p) {
+			ws.queueLost(p)
+		}
+	}
+}
+
+// markDone records that PSN p was acknowledged or answered at device time now; a work
+// request it completes is held until everything before it is done.
+func (q *QP) markDone(p uint32, now int64) bool {
+	ws := q.weak
+	if ws.done.Mark(p, 1) != holes.Fresh {
+		return false
+	}
+	m := ws.m(p)
+	ws.inflight--
+	if !m.retx {
+		ws.sample = now - m.sentAt
+	}
+	w := q.wqeAt(m.wqe)
+	w.doneCnt++
+	if w.doneCnt == w.npkts {
+		kind := kindSendDone
+		switch w.op {
+		case WRRead:
+			kind = kindReadDone
+		case WRAtomicCmpSwap, WRAtomicFetch:
+			kind = kindAtomicDone
+		}
+		ws.done.Hold(holes.Item{PSN: w.lastPSN(), Kind: kind, Ref: m.wqe})
+	}
+	return true
+}
+
+// answered notes that the request m's PSN was sent in arrived (its response came back):
+// unless it was sent more than once, its transmission number is known to have arrived.
+func (ws *weakState) answered(m *psnMeta) {
+	if !m.retx && int32(m.seq-ws.ackedSeq) > 0 {
+		ws.ackedSeq = m.seq
+	}
+}
+
+// doneAdvance completes, in order, the work requests no longer waiting for a hole, finds
+// losses and lets the requester send more. progress says whether something new was
+// acknowledged or answered.
+func (q *QP) doneAdvance(progress bool, now int64) {
+	ws, r := q.weak, &q.req
+	ws.items = ws.done.Advance(ws.items[:0])
+	for _, it := range ws.items {
+		if q.sqTail == q.sqStarted || uint32(q.sqTail) != it.Ref {
+			break // cannot happen: items come in work request order
+		}
+		q.completeSend(&q.sq[q.sqTail%uint64(len(q.sq))])
+	}
+	r.una = ws.done.Base()
+	if progress {
+		ws.rtt()
+		r.retryLeft = q.attr.RetryCnt
+		r.rnrLeft = q.attr.RNRRetry
+		ws.backoff, ws.probeBo = 0, 0
+		q.restartRTO()
+		q.detectLoss()
+		ws.probeAt = 0
+		q.armProbe(now)
+	}
+	q.dev.queueKick(q)
+}
+
+// weakAck handles a selective acknowledgement: every request PSN up to its PSN arrived,
+// and the ranges it lists beyond. READ and atomic PSNs are done only when answered.
+func (q *QP) weakAck(p *wire.Packet) {
+	ws, r := q.weak, &q.req
+	q.stats.SACKsRecv++
+	var err error
+	ws.ranges, err = wire.DecodeSACK(p.Ext, p.Payload, ws.ranges[:0])
+	if err != nil {
+		q.stats.Dropped++
+		return
+	}
+	syn := p.AETH.Syndrome
+	progress := false
+	now := q.dev.now()
+	mark := func(a, e uint32) {
+		if wire.PSNBefore(a, r.una) {
+			a = r.una
+		}
+		if wire.PSNBefore(r.highPSN, e) {
+			e = r.highPSN
+		}
+		for x := a; wire.PSNBefore(x, e); x = wire.PSNAdd(x, 1) {
+			if !ws.m(x).resp && q.markDone(x, now) {
+				progress = true
+			}
+		}
+	}
+	mark(r.una, wire.PSNAdd(p.BTH.PSN, 1))
+	for _, rg := range ws.ranges {
+		mark(rg[0], rg[1])
+	}
+	if echo := wire.SACKEcho(p.Ext); int32(echo-ws.ackedSeq) > 0 && int32(echo-ws.txSeq) <= 0 {
+		ws.ackedSeq = echo
+	}
+	switch wire.AETHKind(syn) {
+	case wire.AETHRNR:
+		q.stats.RNRNAKsRecv++
+		q.doneAdvance(progress, now)
+		if q.state != StateRTS && q.state != StateSQD {
+			return
+		}
+		if r.rnrLeft == 0 {
+			q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
+			return
+		}
+		if r.rnrLeft != 7 {
+			r.rnrLeft--
+		}
+		r.rnrWait, r.rnrPSN = true, wire.PSNAdd(p.BTH.PSN, 1)
+		r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
+		r.rtoAt = 0
+		q.dev.timers.arm(q, r.rnrUntil)
+	case wire.AETHNak:
+		q.stats.NAKsRecv++
+		q.doneAdvance(progress, now)
+		st := StatusRemOpErr
+		switch wire.AETHValue(syn) {
+		case wire.NakInvalidRequest, wire.NakInvalidRDRequest:
+			st = StatusRemInvReqErr
+		case wire.NakRemoteAccessError:
+			st = StatusRemAccessErr
+		}
+		q.errorState(st, VendorRemoteNAK|uint32(wire.AETHValue(syn)))
+	default:
+		q.doneAdvance(progress, now)
+	}
+}
+
+// weakReadResponse places a READ response wherever it falls in its work request.
+func (q *QP) weakReadResponse(p *wire.Packet) {
+	ws, r := q.weak, &q.req
+	psn := p.BTH.PSN
+	if wire.PSNBefore(psn, r.una) || ws.done.Has(psn) {
+		q.stats.Duplicates++
+		return
+	}
+	m := ws.m(psn)
+	w := q.wqeAt(m.wqe)
+	if w.op != WRRead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN(), psn) {
+		q.stats.Dropped++
+		return
+	}
+	off := uint64(wire.PSNDiff(psn, w.firstPSN)) * uint64(q.mtu)
+	if uint64(len(p.Payload)) != min(uint64(q.mtu), uint64(w.length)-min(off, uint64(w.length))) {
+		q.stats.Dropped++
+		return
+	}
+	if psn != r.una {
+		q.stats.PlacedOutOfOrder++
+	}
+	scatter(w.segs, off, p.Payload)
+	now := q.dev.now()
+	q.markDone(psn, now)
+	ws.answered(m)
+	cs := wire.PSNAdd(w.firstPSN, uint32(wire.PSNDiff(psn, w.firstPSN))/uint32(q.dev.cfg.ReadChunk)*uint32(q.dev.cfg.ReadChunk))
+	ce := q.readChunkEnd(w, psn)
+	if ws.done.HasRange(cs, uint32(wire.PSNDiff(ce, cs))+1) {
+		r.rdOut--
+	}
+	q.doneAdvance(true, now)
+}
+
+// weakAtomicAck takes an atomic's original value.
+func (q *QP) weakAtomicAck(p *wire.Packet) {
+	ws, r := q.weak, &q.req
+	psn := p.BTH.PSN
+	if wire.PSNBefore(psn, r.una) || ws.done.Has(psn) {
+		q.stats.Duplicates++
+		return
+	}
+	w := q.wqeAt(ws.m(psn).wqe)
+	if (w.op != WRAtomicCmpSwap && w.op != WRAtomicFetch) || w.firstPSN != psn {
+		q.stats.Dropped++
+		return
+	}
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
+	scatter(w.segs, 0, v[:])
+	now := q.dev.now()
+	q.markDone(psn, now)
+	ws.answered(ws.m(psn))
+	r.rdOut--
+	q.doneAdvance(true, now)
+}
+
+// weakTimeout handles the retransmission timer: every missing PSN goes again, and the timer
+// doubles (up to 64 times) until something is acknowledged.
+func (q *QP) weakTimeout() {
+	ws := q.weak
+	q.queueMissing(q.req.una)
+	if ws.backoff < 6 {
+		ws.backoff++
+	}
+}
+
+// Responder.
+
+// weakRequest runs the weakly-ordered responder for one request packet.
+func (q *QP) weakRequest(p *wire.Packet) {
+	ws, rs := q.weak, &q.resp
+	f := p.Info.Flags
+	if f&wire.IsWeak == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "ordered-mode request on a weakly-ordered QP")
+		return
+	}
+	ooh, err := wire.DecodeOOH(p.Ext)
+	if err != nil {
+		q.stats.Dropped++
+		return
+	}
+	if int32(ooh.TxSeq-ws.highTx) > 0 {
+		ws.highTx = ooh.TxSeq
+	}
+	switch {
+	case f&wire.IsRead != 0:
+		q.weakRead(p, &ooh)
+	case f&wire.IsAtomic != 0:
+		q.weakAtomicReq(p, &ooh)
+	default:
+		q.weakData(p, &ooh)
+	}
+	if q.state == StateErr {
+		return
+	}
+	if p.BTH.AckReq || ws.arrived.NumHoles() > 0 {
+		rs.ackPending = true
+	}
+	ws.items = ws.arrived.Advance(ws.items[:0])
+	for _, it := range ws.items {
+		q.weakDeliver(it)
+	}
+	rs.epsn = ws.arrived.Base()
+	q.requestAck(p)
+}
+
+// weakMark records the arrival of [psn, psn+n); it returns false (after acknowledging a
+// duplicate, or dropping a packet past the span) if the packet is not new.
+func (q *QP) weakMark(psn, n uint32) bool {
+	ws := q.weak
+	if n > 0 && ws.arrived.HasRange(psn, n) {
+		q.stats.Duplicates++
+		q.resp.ackPending = true
+		return false
+	}
+	if wire.PSNDiff(wire.PSNAdd(psn, n), ws.arrived.Base()) > int32(ws.span) {
+		q.stats.BeyondSpan++
+		return false
+	}
+	if psn != ws.arrived.Base() {
+		q.stats.PlacedOutOfOrder++
+	}
+	return true
+}
+
+// weakData places a SEND or WRITE packet.
+func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
+	ws := q.weak
+	f := p.Info.Flags
+	psn := p.BTH.PSN
+	l := uint64(len(p.Payload))
+	npk := max((o.Length+q.mtu-1)/q.mtu, 1)
+	if o.Offset%q.mtu != 0 || uint64(o.Offset) > uint64(o.Length) || l != min(uint64(q.mtu), uint64(o.Length-o.Offset)) {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload does not match its offset and message length")
+		return
+	}
+	recv := f&wire.IsSend != 0 || o.Flags&wire.OOHRecv != 0
+	if !q.weakMark(psn, 1) {
+		return
+	}
+	var msg *weakMsg
+	if recv {
+		msg = &ws.msgs[o.Seq&(ws.span-1)]
+		if !msg.valid || msg.rsn != o.Seq {
+			// The first packet of this message to arrive binds its receive WQE: the one
+			// at its receive sequence number, so WQEs complete in posting order.
+			k := uint32(wire.PSNDiff(o.Seq, ws.rsnBase))
+			if wire.PSNDiff(o.Seq, ws.rsnBase) < 0 || k >= ws.span || !q.rq.peek(int(k), &msg.wqe) {
+				q.sendRNR(psn)
+				return
+			}
+			if msg.wqe.verr != 0 {
+				q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, msg.wqe.verr, "receive WQE has an invalid local key")
+				return
+			}
+			msg.valid, msg.rsn, msg.npk, msg.got, msg.length = true, o.Seq, npk, 0, o.Length
+			msg.hasImm, msg.se, msg.write = false, false, f&wire.IsWrite != 0
+		}
+		if f&wire.IsSend != 0 && uint64(o.Length) > msg.wqe.length {
+			q.weakRecvFatal(msg, wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
+			return
+		}
+	}
+	if f&wire.IsWrite != 0 {
+		mem, ok := q.remoteMem(tpt.RemoteWrite, p.RETH.RKey, p.RETH.VA, l, "RDMA WRITE")
+		if !ok {
+			return
+		}
+		copy(mem, p.Payload)
+	} else {
+		scatter(msg.wqe.segs, uint64(o.Offset), p.Payload)
+	}
+	ws.arrived.Mark(psn, 1)
+	if msg == nil {
+		return
+	}
+	if f&wire.HasImmDt != 0 {
+		msg.imm, msg.hasImm = p.Imm, true
+	}
+	if p.BTH.SE {
+		msg.se = true
+	}
+	if msg.got++; msg.got == msg.npk {
+		first := wire.PSNAdd(psn, ^uint32(o.Offset/q.mtu)+1)
+		ws.arrived.Hold(holes.Item{PSN: wire.PSNAdd(first, npk-1), Kind: kindRecv, Ref: msg.rsn})
+	}
+}
+
+// weakRecvFatal fails the QP because of a message that bound a receive WQE. The WQE
+// completes with status if it is the next to complete; otherwise it is flushed with the
+// rest (an asynchronous event reports the error).
+func (q *QP) weakRecvFatal(msg *weakMsg, nak, status uint8, verr uint32, why string) {
+	rs := &q.resp
+	if msg.rsn == q.weak.rsnBase {
+		rs.rwqe.segs = rs.rwqe.segs[:0]
+		if q.rq.pop(&rs.rwqe) {
+			rs.haveRWQE = true
+		}
+	}
+	msg.valid = false
+	q.respFatal(nak, status, verr, why)
+}
+
+// weakRead prepares a READ request: checked now, answered when every request before it
+// has arrived (its doorbell rings when the hole before it closes).
+func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
+	ws, rs := q.weak, &q.resp
+	psn := p.BTH.PSN
+	reth := &p.RETH
+	npk := max((reth.DMALen+q.mtu-1)/q.mtu, 1)
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
+		return
+	}
+	slot := int(o.Seq % uint32(len(rs.res)))
+	if ws.arrived.HasRange(psn, npk) {
+		// A re-request of responses that were lost: answer it from the resource.
+		r := &rs.res[slot]
+		q.stats.Duplicates++
+		if r.kind == resRead && !r.held && !wire.PSNBefore(psn, r.firstPSN) && !wire.PSNBefore(r.lastPSN, wire.PSNAdd(psn, npk-1)) {
+			r.start, r.next, r.stop = psn, psn, wire.PSNAdd(psn, npk-1)
+			q.queueResource(slot)
+		}
+		return
+	}
+	if !q.weakMark(psn, npk) {
+		return
+	}
+	mem, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
+	if !ok {
+		return
+	}
+	last := wire.PSNAdd(psn, npk-1)
+	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem}
+	ws.arrived.Mark(psn, npk)
+	ws.arrived.Hold(holes.Item{PSN: last, Kind: kindReadReq, Ref: uint32(slot)})
+}
+
+// weakAtomicReq checks an atomic now and executes it when every request before it has
+// arrived.
+func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
+	ws, rs := q.weak, &q.resp
+	psn := p.BTH.PSN
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
+		return
+	}
+	slot := int(o.Seq % uint32(len(rs.res)))
+	if ws.arrived.Has(psn) {
+		r := &rs.res[slot]
+		q.stats.Duplicates++
+		if r.kind == resAtomic && !r.held && r.firstPSN == psn {
+			r.start, r.next, r.stop = psn, psn, psn
+			q.queueResource(slot) // the recorded result again; never executed twice
+		}
+		return
+	}
+	if !q.weakMark(psn, 1) {
+		return
+	}
+	at := &p.Atomic
+	mem, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
+	if !ok {
+		return
+	}
+	if at.VA%8 != 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
+		return
+	}
+	rs.res[slot] = respResource{kind: resAtomic, held: true, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn,
+		mem: mem, swapAdd: at.SwapAdd, compare: at.Compare, fetchAdd: p.BTH.Opcode == wire.OpWeakFetchAdd}
+	ws.arrived.Mark(psn, 1)
+	ws.arrived.Hold(holes.Item{PSN: psn, Kind: kindAtomic, Ref: uint32(slot)})
+}
+
+// weakDeliver acts on an item whose hole closed: a receive completion is posted, a READ's
+// doorbell rings, an atomic is executed.
+func (q *QP) weakDeliver(it holes.Item) {
+	ws, rs := q.weak, &q.resp
+	switch it.Kind {
+	case kindRecv:
+		msg := &ws.msgs[it.Ref&(ws.span-1)]
+		var w recvWQE
+		w.segs = msg.wqe.segs[:0]
+		q.rq.pop(&w) // the WQE msg bound: receive WQEs complete in sequence order
+		e := CQE{WRID: msg.wqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: msg.length, Opcode: WCRecv, solicited: msg.se}
+		if msg.write {
+			e.Opcode = WCRecvRDMAImm
+		}
+		if msg.hasImm {
+			e.Imm, e.Flags = msg.imm, WCFlagWithImm
+		}
+		msg.valid = false
+		ws.rsnBase = wire.PSNAdd(ws.rsnBase, 1)
+		rs.msn = wire.PSNAdd(rs.msn, 1)
+		q.recvCQ.push(&e)
+	case kindReadReq:
+		rs.res[it.Ref].held = false
+		rs.msn = wire.PSNAdd(rs.msn, 1)
+		q.queueResource(int(it.Ref))
+	case kindAtomic:
+		r := &rs.res[it.Ref]
+		q.dev.atomicMu.Lock()
+		orig := binary.NativeEndian.Uint64(r.mem)
+		v := orig
+		if r.fetchAdd {
+			v = orig + r.swapAdd
+		} else if orig == r.compare {
+			v = r.swapAdd
+		}
+		binary.NativeEndian.PutUint64(r.mem, v)
+		q.dev.atomicMu.Unlock()
+		r.orig, r.held, r.mem = orig, false, nil
+		rs.msn = wire.PSNAdd(rs.msn, 1)
+		q.queueResource(int(it.Ref))
+	}
+}
+
+// sendSACK builds the selective acknowledgement: every PSN before the first hole, and the
+// runs received beyond.
+func (q *QP) sendSACK(b *netio.SendBatch, syn uint8, psn uint32) {
+	ws := q.weak
+	ws.ranges = ws.arrived.Received(ws.ranges[:0], wire.MaxSACKRanges)
+	hdr := b.Alloc(wire.BTHLen + wire.AETHLen + wire.SACKHeaderLen)
+	bth := wire.BTH{Opcode: wire.OpWeakAck, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
+	bth.Put(hdr)
+	aeth := wire.AETH{Syndrome: syn, MSN: q.resp.msn}
+	aeth.Put(hdr[wire.BTHLen:])
+	wire.PutSACKHeader(hdr[wire.BTHLen+wire.AETHLen:], len(ws.ranges), ws.highTx)
+	pay := b.Alloc(len(ws.ranges) * wire.SACKRangeLen)
+	wire.PutSACKRanges(pay, ws.ranges)
+	q.emit(b, hdr, [][]byte{pay}, len(pay))
+	q.stats.SACKsSent++
+}
+
+// Holes reports a weakly-ordered QP's open holes: in the request PSNs it receives, with
+// what completed beyond each, and in the PSNs of its own requests not yet acknowledged or
+// answered. Both are empty in ordered mode.
+type Holes struct {
+	Responder []holes.Hole // counts by kind: 0 receive completions, 1 READ requests held, 2 atomics held
+	Requester []holes.Hole // counts by kind: 0 SEND/WRITE acknowledged, 1 READ answered, 2 atomics answered
+}
+
+// Holes returns the QP's open holes.
+func (q *QP) Holes() Holes {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.weak == nil {
+		return Holes{}
+	}
+	return Holes{Responder: q.weak.arrived.Holes(nil), Requester: q.weak.done.Holes(nil)}
+}
