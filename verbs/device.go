@@ -65,6 +65,10 @@ type DeviceConfig struct {
 	// ReorderThreshold is how many later packets weak mode waits to see acknowledged
 	// before it declares a packet lost (default 16).
 	ReorderThreshold int
+	// LossProbe is weak mode's tail-loss probe: when nothing was acknowledged for this long
+	// (at least; it adapts to the measured round trip), the first missing packet is sent
+	// again (default 4 ms; negative: off).
+	LossProbe time.Duration
 	// BusyPoll is how long the device's receive goroutine keeps polling its socket after
 	// the last packet before it sleeps in the network poller (default 50 µs; negative:
 	// never). Polling costs CPU while traffic flows and saves the several microseconds a
@@ -188,6 +192,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		Window:           cfg.Window,
 		BusyPoll:         cfg.BusyPoll,
 		ReorderThreshold: cfg.ReorderThreshold,
+		LossProbe:        cfg.LossProbe,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verbs: open device: %w", err)
@@ -300,6 +305,7 @@ type AsyncEvent struct {
 	Type EventType
 	QP   *QP
 	CQ   *CQ
+	SRQ  *SRQ
 	// Detail says what happened, in words.
 	Detail string
 }
@@ -347,6 +353,11 @@ func (c *Context) onEvent(e transport.Event) {
 	if e.CQ != nil {
 		if q, ok := e.CQ.Owner.(*CQ); ok {
 			ev.CQ = q
+		}
+	}
+	if e.SRQ != nil {
+		if q, ok := e.SRQ.Owner.(*SRQ); ok {
+			ev.SRQ = q
 		}
 	}
 	c.events.push(ev)

@@ -33,6 +33,23 @@
 // queue also processes whatever packets are waiting, in the caller's goroutine, so a
 // busy-polling consumer sees completions without waiting for that goroutine to wake.
 //
+// # Ordered and weakly-ordered queue pairs
+//
+// A QP is ordered (standard RC, the default) or weakly ordered (QPAttr.Ordering, set on
+// INIT->RTR with QPAttrOrdering; Connect sets it when both endpoints offer it). Both
+// complete work requests in posting order with the same statuses. They differ on the wire
+// and under loss: an ordered QP places packets in order and, when one is lost, goes back
+// and resends everything after it; a weakly-ordered QP places every packet the moment it
+// arrives, holds what it completes until the hole before it closes, acknowledges
+// selectively and resends only what was lost. QP.Holes shows the open holes and what
+// waits on each.
+//
+// Memory visibility in weak mode: the bytes of a message may land in any order, and a
+// later message's bytes may land before an earlier one's. Only a completion (a receive
+// CQE, or the CQE of a later message) says that a message's bytes are all in place, as
+// with ConnectX's out-of-order placement: do not poll the last byte of a buffer to learn
+// that an RDMA WRITE finished.
+//
 // # Memory
 //
 // Registered memory is a Go []byte kept referenced by its MR. RDMA addresses are IOVAs:

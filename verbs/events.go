@@ -130,6 +130,8 @@ func (ev *AsyncEvent) object() any {
 		return ev.QP
 	case ev.CQ != nil:
 		return ev.CQ
+	case ev.SRQ != nil:
+		return ev.SRQ
 	}
 	return nil
 }

@@ -34,7 +34,11 @@ type QPCap struct {
 type QPInitAttr struct {
 	SendCQ *CQ
 	RecvCQ *CQ
-	Cap    QPCap
+	// SRQ, if set, is the shared receive queue the QP takes its receive WQEs from; the QP
+	// then has no receive queue of its own (Cap.MaxRecvWR and MaxRecvSGE are ignored) and
+	// PostRecv on it fails.
+	SRQ *SRQ
+	Cap QPCap
 	// QPType must be QPTypeRC; zero means QPTypeRC.
 	QPType QPType
 	// SQSigAll makes every send work request signaled.
@@ -75,7 +79,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	switch {
 	case cp.MaxSendWR < 1 || cp.MaxSendWR > maxQPWR:
 		return nil, fmt.Errorf("verbs: CreateQP: %w: max_send_wr %d not in 1..%d", ErrInvalid, cp.MaxSendWR, maxQPWR)
-	case cp.MaxRecvWR < 1 || cp.MaxRecvWR > maxQPWR:
+	case a.SRQ == nil && (cp.MaxRecvWR < 1 || cp.MaxRecvWR > maxQPWR):
 		return nil, fmt.Errorf("verbs: CreateQP: %w: max_recv_wr %d not in 1..%d", ErrInvalid, cp.MaxRecvWR, maxQPWR)
 	case cp.MaxSendSGE < 0 || cp.MaxSendSGE > maxSGE:
 		return nil, fmt.Errorf("verbs: CreateQP: %w: max_send_sge %d not in 0..%d", ErrInvalid, cp.MaxSendSGE, maxSGE)
@@ -89,6 +93,17 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if a.SendCQ.dead || a.RecvCQ.dead {
 		return nil, fmt.Errorf("verbs: CreateQP: CQ was destroyed: %w", ErrClosed)
 	}
+	var srq *transport.RecvQueue
+	if a.SRQ != nil {
+		if a.SRQ.dead {
+			return nil, fmt.Errorf("verbs: CreateQP: SRQ was destroyed: %w", ErrClosed)
+		}
+		if a.SRQ.pd != pd {
+			return nil, fmt.Errorf("verbs: CreateQP: %w: the SRQ belongs to another protection domain", ErrInvalid)
+		}
+		srq = a.SRQ.rq
+		cp.MaxRecvWR, cp.MaxRecvSGE = 0, 0
+	}
 	if c.qps >= maxQP {
 		return nil, fmt.Errorf("verbs: CreateQP: %w (max_qp %d)", ErrLimit, maxQP)
 	}
@@ -96,7 +111,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("verbs: CreateQP: %w", err)
 	}
 	tq, err := c.dev.CreateQP(transport.QPConfig{
-		PD: pd.id, SendCQ: a.SendCQ.cq, RecvCQ: a.RecvCQ.cq,
+		PD: pd.id, SendCQ: a.SendCQ.cq, RecvCQ: a.RecvCQ.cq, SRQ: srq,
 		MaxSendWR: cp.MaxSendWR, MaxRecvWR: cp.MaxRecvWR, MaxSendSGE: cp.MaxSendSGE,
 		MaxRecvSGE: cp.MaxRecvSGE, MaxInline: cp.MaxInlineData, SigAll: a.SQSigAll,
 	})
@@ -108,6 +123,9 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	tq.Owner = q
 	a.SendCQ.users++
 	a.RecvCQ.users++
+	if a.SRQ != nil {
+		a.SRQ.qps++
+	}
 	c.qps++
 	return q, nil
 }
@@ -134,6 +152,9 @@ func (q *QP) DestroyQP() error {
 	q.dead = true
 	q.init.SendCQ.users--
 	q.init.RecvCQ.users--
+	if q.init.SRQ != nil {
+		q.init.SRQ.qps--
+	}
 	q.pd.users--
 	c.qps--
 	c.mu.Unlock()

@@ -229,6 +229,31 @@ func newPrinter(o *options) *printer {
 	return &printer{o: o, enc: json.NewEncoder(os.Stdout)}
 }
 
+// printHoles prints the most open holes seen on each side of a weak run.
+func printHoles(hs []perf.HoleSample) {
+	for _, h := range hs {
+		rep := h.Report
+		fmt.Printf("  %-6s most open holes seen (QP %#x): %d in requests received, %d in own requests\n",
+			h.Side, h.QPNum, len(rep.Responder), len(rep.Requester))
+		for i, x := range rep.Responder {
+			if i == 8 {
+				fmt.Printf("         ... %d more\n", len(rep.Responder)-i)
+				break
+			}
+			fmt.Printf("         received  [%d, %d): %d receive completions, %d READ requests held for the doorbell, %d atomics held\n",
+				x.Start, x.End, x.RecvCompletions, x.ReadRequestsHeld, x.AtomicsHeld)
+		}
+		for i, x := range rep.Requester {
+			if i == 8 {
+				fmt.Printf("         ... %d more\n", len(rep.Requester)-i)
+				break
+			}
+			fmt.Printf("         requested [%d, %d): %d SEND/WRITE acknowledged, %d READ answered, %d atomics answered\n",
+				x.Start, x.End, x.SendsAcked, x.ReadResponsesCompleted, x.AtomicsAnswered)
+		}
+	}
+}
+
 func (p *printer) print(r perf.Result) {
 	if p.o.json {
 		_ = p.enc.Encode(r)
@@ -249,10 +274,11 @@ func (p *printer) print(r perf.Result) {
 				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
 				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,
 				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted, c.SendCalls, c.RecvCalls, c.GSOSends)
-			if c.SACKsSent+c.SACKsReceived > 0 {
+			if c.SACKsSent+c.SACKsReceived > 0 || c.PlacedOutOfOrder > 0 {
 				fmt.Printf("  %-6s weak: placed out of order %d, holes opened/closed %d/%d, SACKs sent/recv %d/%d, selective retransmits %d, beyond span %d\n",
 					side.name, c.PlacedOutOfOrder, c.HolesOpened, c.HolesClosed, c.SACKsSent, c.SACKsReceived, c.SelectiveRetransmits, c.BeyondSpan)
 			}
 		}
+		printHoles(r.Holes)
 	}
 }

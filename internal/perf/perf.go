@@ -88,6 +88,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("tx-depth %d out of range 1..8192", c.TxDepth)
 	case strings.HasSuffix(c.Test, "_lat") && c.QPs != 1:
 		return fmt.Errorf("latency tests use one QP")
+	case c.Test == "write_lat" && c.Ordering == verbs.OrderingWeak && c.Size > c.MTU:
+		return fmt.Errorf("write_lat polls the last byte of the buffer, which weak mode does not place last for messages longer than the MTU; use send_lat, or -s up to %d", c.MTU)
 	}
 	return nil
 }
@@ -114,6 +116,16 @@ type Result struct {
 	Seconds  float64  `json:"seconds"`
 	Checked  bool     `json:"checked,omitempty"`
 	Counters *Stats   `json:"counters,omitempty"`
+	// Holes is, for each side of a weakly-ordered run with --stats, the moment with the
+	// most open holes seen while it ran.
+	Holes []HoleSample `json:"holes,omitempty"`
+}
+
+// HoleSample is a snapshot of one QP's open holes.
+type HoleSample struct {
+	Side   string           `json:"side"`
+	QPNum  uint32           `json:"qpn"`
+	Report verbs.HoleReport `json:"report"`
 }
 
 // Stats are the counters of the two devices after a run.

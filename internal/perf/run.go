@@ -80,10 +80,19 @@ func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
 	}
 	done := make(chan struct{})
 	errc := make(chan error, 1)
+	var samples []<-chan *HoleSample
+	if stats && c.Ordering == verbs.OrderingWeak {
+		samples = append(samples, cs.sampleHoles("client", done), ss.sampleHoles("server", done))
+	}
 	go func() { errc <- serverRole(ss, cs.info(), done) }()
 	r, cerr := clientRole(cs, ss.info())
 	r.Ordering = cs.ordering()
 	close(done)
+	for _, sc := range samples {
+		if h := <-sc; h != nil {
+			r.Holes = append(r.Holes, *h)
+		}
+	}
 	var serr error
 	if cerr == nil {
 		serr = <-errc

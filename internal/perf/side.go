@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -128,6 +129,34 @@ func (s *side) connect(peer Info) error {
 		}
 	}
 	return nil
+}
+
+// sampleHoles snapshots the QPs' open holes every few milliseconds until stop is closed,
+// and returns the snapshot with the most holes.
+func (s *side) sampleHoles(name string, stop <-chan struct{}) <-chan *HoleSample {
+	out := make(chan *HoleSample, 1)
+	go func() {
+		var best *HoleSample
+		most := -1
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for _, qp := range s.qps {
+				r := qp.Holes()
+				if n := len(r.Responder) + len(r.Requester); n > most {
+					most = n
+					best = &HoleSample{Side: name, QPNum: qp.QPNum(), Report: r}
+				}
+			}
+			select {
+			case <-stop:
+				out <- best
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return out
 }
 
 // ordering returns the mode the QPs ended up in.

@@ -565,6 +565,9 @@ func (q *QP) flush(first uint8, verr uint32) {
 	if !q.srq {
 		q.rq.flush(q.recvCQ, q.qpn)
 	} else {
+		if q.weak != nil {
+			q.flushTaken()
+		}
 		q.dev.raise(Event{Type: EventQPLastWQE, QP: q, Detail: "QP on an SRQ entered the error state"})
 	}
 	q.dev.timers.cancel(q)

@@ -26,6 +26,7 @@ type RecvQueue struct {
 	maxSGE int
 	pd     uint32
 	shared bool
+	limit  int // SRQ: armed low watermark (0: disarmed); crossing it raises EventSRQLimit once
 
 	// Owner is the verbs object wrapping this queue (for SRQs).
 	Owner any
@@ -100,9 +101,71 @@ func (q *RecvQueue) pop(dst *recvWQE) bool {
 	dst.segs = append(dst.segs[:0], w.segs...)
 	clear(w.segs)
 	q.tail++
+	fire := q.limit > 0 && int(q.head-q.tail) < q.limit
+	if fire {
+		q.limit = 0 // one shot: QuerySRQ reports 0 until it is armed again
+	}
 	q.mu.Unlock()
+	if fire {
+		q.dev.raise(Event{Type: EventSRQLimit, SRQ: q, Detail: "shared receive queue below its limit"})
+	}
 	return true
 }
+
+// Post adds receive WQEs (for an SRQ); it stops at the first it refuses and returns how
+// many it posted.
+func (q *RecvQueue) Post(wrs []RecvWR) (int, error) {
+	for i := range wrs {
+		if err := q.post(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+// Limit returns the armed low watermark (0 when disarmed).
+func (q *RecvQueue) Limit() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.limit
+}
+
+// SetLimit arms the low watermark: when fewer WQEs than limit are posted after one is
+// taken, EventSRQLimit is raised once. 0 disarms. It fails if limit exceeds the capacity.
+func (q *RecvQueue) SetLimit(limit int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if limit < 0 || limit > len(q.ring) {
+		return fmt.Errorf("srq_limit %d exceeds the queue's %d entries", limit, len(q.ring))
+	}
+	q.limit = limit
+	return nil
+}
+
+// Resize changes the capacity; it fails if more WQEs are posted than would fit.
+func (q *RecvQueue) Resize(n int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	posted := int(q.head - q.tail)
+	if n < posted || n < 1 {
+		return fmt.Errorf("cannot resize to %d entries: %d are posted", n, posted)
+	}
+	if n < q.limit {
+		return fmt.Errorf("cannot resize to %d entries below the armed srq_limit %d", n, q.limit)
+	}
+	r := make([]recvWQE, n)
+	for i := 0; i < posted; i++ {
+		r[i] = q.ring[(q.tail+uint64(i))%uint64(len(q.ring))]
+	}
+	for i := posted; i < n; i++ {
+		r[i].segs = make([][]byte, 0, q.maxSGE)
+	}
+	q.ring, q.tail, q.head = r, 0, uint64(posted)
+	return nil
+}
+
+// MaxSGE returns the most scatter elements a WQE may have.
+func (q *RecvQueue) MaxSGE() int { return q.maxSGE }
 
 // peek copies the WQE i places after the oldest into dst (which keeps its own copy of the
 // scatter list) without taking it; false if fewer are posted. The WQE stays in its slot

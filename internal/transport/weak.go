@@ -572,8 +572,18 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 		if !msg.valid || msg.rsn != o.Seq {
 			// The first packet of this message to arrive binds its receive WQE: the one
 			// at its receive sequence number, so WQEs complete in posting order.
+			// On a shared receive queue other QPs take WQEs too: this message takes the
+			// next one now (completions still come in sequence order).
 			k := uint32(wire.PSNDiff(o.Seq, ws.rsnBase))
-			if wire.PSNDiff(o.Seq, ws.rsnBase) < 0 || k >= ws.span || !q.rq.peek(int(k), &msg.wqe) {
+			bound := false
+			switch {
+			case wire.PSNDiff(o.Seq, ws.rsnBase) < 0 || k >= ws.span:
+			case q.srq:
+				bound = q.rq.pop(&msg.wqe)
+			default:
+				bound = q.rq.peek(int(k), &msg.wqe)
+			}
+			if !bound {
 				q.sendRNR(psn)
 				return
 			}
@@ -583,6 +593,10 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 			}
 			msg.valid, msg.rsn, msg.npk, msg.got, msg.length = true, o.Seq, npk, 0, o.Length
 			msg.hasImm, msg.se, msg.write = false, false, f&wire.IsWrite != 0
+		}
+		if msg.length != o.Length {
+			q.stats.Dropped++ // its packets disagree about the message
+			return
 		}
 		if f&wire.IsSend != 0 && uint64(o.Length) > msg.wqe.length {
 			q.weakRecvFatal(msg, wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
@@ -619,7 +633,10 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 // rest (an asynchronous event reports the error).
 func (q *QP) weakRecvFatal(msg *weakMsg, nak, status uint8, verr uint32, why string) {
 	rs := &q.resp
-	if msg.rsn == q.weak.rsnBase {
+	switch {
+	case q.srq: // taken from the SRQ already
+		rs.rwqe.wrID, rs.haveRWQE = msg.wqe.wrID, true
+	case msg.rsn == q.weak.rsnBase:
 		rs.rwqe.segs = rs.rwqe.segs[:0]
 		if q.rq.pop(&rs.rwqe) {
 			rs.haveRWQE = true
@@ -708,9 +725,11 @@ func (q *QP) weakDeliver(it holes.Item) {
 	switch it.Kind {
 	case kindRecv:
 		msg := &ws.msgs[it.Ref&(ws.span-1)]
-		var w recvWQE
-		w.segs = msg.wqe.segs[:0]
-		q.rq.pop(&w) // the WQE msg bound: receive WQEs complete in sequence order
+		if !q.srq {
+			var w recvWQE
+			w.segs = msg.wqe.segs[:0]
+			q.rq.pop(&w) // the WQE msg bound: receive WQEs complete in sequence order
+		}
 		e := CQE{WRID: msg.wqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: msg.length, Opcode: WCRecv, solicited: msg.se}
 		if msg.write {
 			e.Opcode = WCRecvRDMAImm
@@ -759,6 +778,18 @@ func (q *QP) sendSACK(b *netio.SendBatch, syn uint8, psn uint32) {
 	wire.PutSACKRanges(pay, ws.ranges)
 	q.emit(b, hdr, [][]byte{pay}, len(pay))
 	q.stats.SACKsSent++
+}
+
+// flushTaken completes, with WR_FLUSH_ERR, receive WQEs that messages in progress took
+// from a shared receive queue (the QP is entering ERR).
+func (q *QP) flushTaken() {
+	ws := q.weak
+	for i := range ws.msgs {
+		if m := &ws.msgs[i]; m.valid {
+			q.recvCQ.push(&CQE{WRID: m.wqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv})
+			m.valid = false
+		}
+	}
 }
 
 // Holes reports a weakly-ordered QP's open holes: in the request PSNs it receives, with
