@@ -37,7 +37,10 @@
 //
 // A QP is ordered (standard RC, the default) or weakly ordered (QPAttr.Ordering, set on
 // INIT->RTR with QPAttrOrdering; Connect sets it when both endpoints offer it). Both
-// complete work requests in posting order with the same statuses. They differ on the wire
+// complete work requests in posting order with the same statuses. (A weakly-ordered QP
+// on a shared receive queue takes a receive WQE when a message's first packet arrives,
+// so its receive completions come in message order, not necessarily in the SRQ's
+// posting order: on an SRQ, other QPs take WQEs in between anyway.) They differ on the wire
 // and under loss: an ordered QP places packets in order and, when one is lost, goes back
 // and resends everything after it; a weakly-ordered QP places every packet the moment it
 // arrives, holds what it completes until the hole before it closes, acknowledges

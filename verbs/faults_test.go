@@ -359,27 +359,47 @@ func (s *soakStream) step(wc []verbs.WorkCompletion) error {
 
 func (s *soakStream) done() bool { return s.complete == len(s.wrs) && s.received == len(s.recvs) }
 
+// soakFaults is the fault injection of TestSoak and TestSoakWeak, on both devices.
+var soakFaults = verbs.Faults{Loss: 0.02, Reorder: 0.02, Dup: 0.01}
+
 // TestSoak moves 64 MiB from A to B as a random mix of RDMA WRITE, SEND and RDMA READ
 // chunks (plus fetch-and-adds), and at the same time 16 MiB from B to A as RDMA WRITE,
 // WRITE with immediate and SEND with immediate chunks, through two devices that both
 // lose, reorder and duplicate packets, starting just below the PSN wrap: every
 // completion must be successful and in posting order, every byte must arrive, and every
 // atomic must be executed exactly once.
-func TestSoak(t *testing.T) {
+func TestSoak(t *testing.T) { soak(t, verbs.OrderingStrict, soakFaults) }
+
+// TestSoakWeak is TestSoak with both QPs in weak mode: packets are placed out of order and
+// only lost ones are sent again, but completions still come in posting order, every byte
+// arrives and every atomic is executed once; when it is over no hole is left open.
+func TestSoakWeak(t *testing.T) { soak(t, verbs.OrderingWeak, soakFaults) }
+
+// TestSoakWeakHeavy is TestSoakWeak through much worse links: 5% of the datagrams lost,
+// 10% reordered, 2% duplicated and 1% corrupted, on both devices.
+func TestSoakWeakHeavy(t *testing.T) {
+	soak(t, verbs.OrderingWeak, verbs.Faults{Loss: 0.05, Reorder: 0.10, Dup: 0.02, Corrupt: 0.01})
+}
+
+// soak runs the soak test with both QPs in delivery mode mode and faults (seeded 11 on A
+// and 12 on B) on both devices.
+func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 	if testing.Short() {
 		t.Skip("soak test skipped in -short mode")
 	}
 	start := time.Now()
-	l := retryLink() // 33.6 ms ACK timeout
+	l := retryLink().inMode(mode) // 33.6 ms ACK timeout
 	l.MTU = verbs.MTU4096
 	totalAB, totalBA := 64<<20, 16<<20
 	if raceEnabled {
 		// About ten times slower: a quarter of the data, and a 67 ms ACK timeout.
 		totalAB, totalBA, l.Timeout = 16<<20, 4<<20, 14
 	}
+	fa, fb := faults, faults
+	fa.Seed, fb.Seed = 11, 12
 	pc := pairConfig{link: l, psnA: 0xFFFF00, psnB: 0xFFFFF0,
-		devA: verbs.DeviceConfig{Faults: &verbs.Faults{Loss: 0.02, Reorder: 0.02, Dup: 0.01, Seed: 11}},
-		devB: verbs.DeviceConfig{Faults: &verbs.Faults{Loss: 0.02, Reorder: 0.02, Dup: 0.01, Seed: 12}},
+		devA: verbs.DeviceConfig{Faults: &fa},
+		devB: verbs.DeviceConfig{Faults: &fb},
 	}
 	a, b := newPair(t, pc)
 	srcA := mustReg(t, a.pd, pattern(totalAB, 200), verbs.AccessLocalWrite)
@@ -483,11 +503,28 @@ func TestSoak(t *testing.T) {
 	if ka.FaultsLost == 0 || ka.FaultsReordered == 0 || ka.FaultsDuplicated == 0 || kb.FaultsLost == 0 {
 		t.Errorf("fault injection did not happen: %+v / %+v", ka, kb)
 	}
-	t.Logf("%d + %d WRs in %v; A sent %d packets (%d again, %d timeouts), B %d (%d again, %d timeouts); "+
-		"faults lost/reordered/duplicated A %d/%d/%d, B %d/%d/%d",
-		len(ab.wrs), len(ba.wrs), time.Since(start).Round(time.Millisecond), ka.TxPackets, ka.Retransmits, ka.Timeouts,
+	if faults.Corrupt > 0 && (ka.FaultsCorrupted == 0 || kb.ICRCErrors == 0) {
+		t.Errorf("no corrupted datagram was caught by its ICRC: %+v / %+v", ka, kb)
+	}
+	if mode == verbs.OrderingWeak {
+		// Weak mode did its work: packets placed out of order, selective acknowledgements
+		// and retransmissions, and every hole closed once everything completed.
+		qa, qb := a.qp.Counters(), b.qp.Counters()
+		if qb.PlacedOutOfOrder == 0 || qa.SACKsReceived == 0 || qa.SelectiveRetransmits == 0 || qb.HolesClosed == 0 {
+			t.Errorf("weak-mode counters did not move: A %+v / B %+v", qa, qb)
+		}
+		for _, s := range []*side{a, b} {
+			if h := s.qp.Holes(); len(h.Responder) != 0 || len(h.Requester) != 0 {
+				t.Errorf("QP %#x: holes still open after every completion: %+v", s.qp.QPNum(), h)
+			}
+		}
+	}
+	t.Logf("%v mode: %d + %d WRs in %v; A sent %d packets (%d again, %d timeouts), B %d (%d again, %d timeouts); "+
+		"faults lost/reordered/duplicated/corrupted A %d/%d/%d/%d, B %d/%d/%d/%d",
+		mode, len(ab.wrs), len(ba.wrs), time.Since(start).Round(time.Millisecond), ka.TxPackets, ka.Retransmits, ka.Timeouts,
 		kb.TxPackets, kb.Retransmits, kb.Timeouts,
-		ka.FaultsLost, ka.FaultsReordered, ka.FaultsDuplicated, kb.FaultsLost, kb.FaultsReordered, kb.FaultsDuplicated)
+		ka.FaultsLost, ka.FaultsReordered, ka.FaultsDuplicated, ka.FaultsCorrupted,
+		kb.FaultsLost, kb.FaultsReordered, kb.FaultsDuplicated, kb.FaultsCorrupted)
 }
 
 // TestLongReadRecovery checks an RDMA READ longer than one READ request (the requester

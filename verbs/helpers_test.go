@@ -141,6 +141,9 @@ type link struct {
 	MinRNRTimer     uint8
 	MaxRdAtomic     uint8
 	MaxDestRdAtomic uint8
+	// Ordering is the delivery mode, set on INIT->RTR with QPAttrOrdering; OrderingStrict
+	// leaves QPAttrOrdering out of the mask (the QP is ordered, as before weak mode).
+	Ordering verbs.Ordering
 }
 
 // defaultLink is a link that does not time out spuriously even on a loaded machine (67 ms
@@ -149,6 +152,29 @@ type link struct {
 func defaultLink() link {
 	return link{MTU: verbs.MTU1024, Access: allRemote, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 		MinRNRTimer: 1, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
+}
+
+// orderings are the delivery modes the operation tests run in.
+var orderings = []verbs.Ordering{verbs.OrderingStrict, verbs.OrderingWeak}
+
+// forEachOrdering runs fn once per delivery mode, as subtests named "ordered" and "weak".
+func forEachOrdering(t *testing.T, fn func(t *testing.T, mode verbs.Ordering)) {
+	t.Helper()
+	for _, mode := range orderings {
+		t.Run(mode.String(), func(t *testing.T) { fn(t, mode) })
+	}
+}
+
+// inMode returns l with delivery mode mode.
+func (l link) inMode(mode verbs.Ordering) link {
+	l.Ordering = mode
+	return l
+}
+
+// modePair is defaultPair with both QPs in delivery mode mode.
+func modePair(t testing.TB, mode verbs.Ordering) (a, b *side) {
+	t.Helper()
+	return newPair(t, pairConfig{link: defaultLink().inMode(mode)})
 }
 
 // step is one ModifyQP call: attributes and the mask that selects them.
@@ -169,13 +195,19 @@ func initStep(access verbs.AccessFlags) step {
 		verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags}
 }
 
-// rtrStep is INIT->RTR with every required attribute, receiving from remote.
+// rtrStep is INIT->RTR with every required attribute, receiving from remote, plus the
+// delivery mode if l is not ordered.
 func rtrStep(remote verbs.Endpoint, l link) step {
-	return step{verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: l.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
+	s := step{verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: l.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
 		MaxDestRdAtomic: l.MaxDestRdAtomic, MinRNRTimer: l.MinRNRTimer,
 		AHAttr: verbs.AHAttr{DGID: remote.GID, DestPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
 		verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer}
+	if l.Ordering != verbs.OrderingStrict {
+		s.attr.Ordering = l.Ordering
+		s.mask |= verbs.QPAttrOrdering
+	}
+	return s
 }
 
 // rtsStep is RTR->RTS with every required attribute, sending from sqPSN.
@@ -218,7 +250,7 @@ type pairConfig struct {
 }
 
 // newPair opens two devices (127.0.0.1 and 127.0.0.2) and connects a QP on each to the
-// other.
+// other, both in the link's delivery mode.
 func newPair(t testing.TB, pc pairConfig) (a, b *side) {
 	t.Helper()
 	if pc.link == (link{}) {
@@ -237,6 +269,11 @@ func newPair(t testing.TB, pc pairConfig) (a, b *side) {
 	b = newSide(t, openDevice(t, ipB, pc.devB), pc.cap, pc.cqe, pc.sigAll)
 	connect(t, a.qp, pc.psnA, b.qp.Endpoint(pc.psnB), pc.link)
 	connect(t, b.qp, pc.psnB, a.qp.Endpoint(pc.psnA), pc.link)
+	for _, s := range []*side{a, b} {
+		if attr, _ := s.qp.QueryQP(); attr.Ordering != pc.link.Ordering {
+			t.Fatalf("QP %#x connected in %v mode, want %v", s.qp.QPNum(), attr.Ordering, pc.link.Ordering)
+		}
+	}
 	return a, b
 }
 

@@ -9,6 +9,12 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// Every operation test here runs in both delivery modes, as subtests "ordered" and "weak"
+// (forEachOrdering): what they check (data placed, completions, their fields and order,
+// memory around the buffers untouched) is the same in both. In weak mode a test reads a
+// buffer only after a completion says the message is there, which is all weak mode
+// promises.
+
 // fill returns n bytes of value b.
 func fill(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 
@@ -16,8 +22,10 @@ func fill(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 // receiver's completion is IBV_WC_RECV with the byte count, its own QP number and the
 // sender's QP number as src_qp and no immediate flag; the sender gets IBV_WC_SEND; bytes
 // beyond the message stay untouched.
-func TestSend(t *testing.T) {
-	a, b := defaultPair(t)
+func TestSend(t *testing.T) { forEachOrdering(t, testSend) }
+
+func testSend(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	src := mustReg(t, a.pd, pattern(3000, 1), 0)
 	dst := mustReg(t, b.pd, fill(4096, 0xEE), verbs.AccessLocalWrite)
 	mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 7, SGList: sge(dst, 0, 4096)})
@@ -38,8 +46,10 @@ func TestSend(t *testing.T) {
 // TestSendWithImm checks IBV_WR_SEND_WITH_IMM: the receiver's completion carries the
 // immediate data in host byte order with IBV_WC_WITH_IMM set, opcode IBV_WC_RECV, src_qp
 // and qp_num.
-func TestSendWithImm(t *testing.T) {
-	a, b := defaultPair(t)
+func TestSendWithImm(t *testing.T) { forEachOrdering(t, testSendWithImm) }
+
+func testSendWithImm(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	src := mustReg(t, a.pd, pattern(1500, 2), 0)
 	dst := mustReg(t, b.pd, make([]byte, 2000), verbs.AccessLocalWrite)
 	for i, imm := range []uint32{0xDEADBEEF, 0, 1, 0x01020304} {
@@ -60,8 +70,10 @@ func TestSendWithImm(t *testing.T) {
 // TestRDMAWrite checks IBV_WR_RDMA_WRITE: the data lands at the remote address, nothing
 // around it changes, the responder consumes no receive WR and gets no completion, and the
 // requester gets IBV_WC_RDMA_WRITE.
-func TestRDMAWrite(t *testing.T) {
-	a, b := defaultPair(t)
+func TestRDMAWrite(t *testing.T) { forEachOrdering(t, testRDMAWrite) }
+
+func testRDMAWrite(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	src := mustReg(t, a.pd, pattern(5000, 3), 0)
 	dst := mustReg(t, b.pd, fill(8192, 0x55), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	rbuf := mustReg(t, b.pd, fill(64, 0x77), verbs.AccessLocalWrite)
@@ -81,10 +93,12 @@ func TestRDMAWrite(t *testing.T) {
 // address, and the immediate consumes one receive WR (in posting order) whose completion
 // is IBV_WC_RECV_RDMA_WITH_IMM with the written length, the immediate and
 // IBV_WC_WITH_IMM; the receive buffer itself is not written.
-func TestRDMAWriteWithImm(t *testing.T) {
+func TestRDMAWriteWithImm(t *testing.T) { forEachOrdering(t, testRDMAWriteWithImm) }
+
+func testRDMAWriteWithImm(t *testing.T, mode verbs.Ordering) {
 	for _, size := range []int{3000, 1} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			a, b := defaultPair(t)
+			a, b := modePair(t, mode)
 			src := mustReg(t, a.pd, pattern(size, 4), 0)
 			dst := mustReg(t, b.pd, fill(size+20, 0x11), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			rbuf := mustReg(t, b.pd, fill(64, 0x77), verbs.AccessLocalWrite)
@@ -112,8 +126,10 @@ func TestRDMAWriteWithImm(t *testing.T) {
 // TestRDMARead checks IBV_WR_RDMA_READ: remote bytes land in the local buffer at the
 // scatter address, the remote side is unchanged and consumes no receive WR, and the
 // requester gets IBV_WC_RDMA_READ.
-func TestRDMARead(t *testing.T) {
-	a, b := defaultPair(t)
+func TestRDMARead(t *testing.T) { forEachOrdering(t, testRDMARead) }
+
+func testRDMARead(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	remote := mustReg(t, b.pd, pattern(20000, 5), verbs.AccessRemoteRead)
 	orig := bytes.Clone(remote.Buf())
 	local := mustReg(t, a.pd, fill(12000, 0x99), verbs.AccessLocalWrite)
@@ -137,8 +153,10 @@ func atomicTarget(t *testing.T, b *side, v uint64) *verbs.MR {
 // TestAtomicCmpAndSwp checks IBV_WR_ATOMIC_CMP_AND_SWP: the original value comes back in
 // host byte order; the target is swapped when it equals the compare value and left alone
 // when it does not; the neighbouring bytes never change.
-func TestAtomicCmpAndSwp(t *testing.T) {
-	a, b := defaultPair(t)
+func TestAtomicCmpAndSwp(t *testing.T) { forEachOrdering(t, testAtomicCmpAndSwp) }
+
+func testAtomicCmpAndSwp(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	const orig, swap = uint64(0x1111222233334444), uint64(0xAAAABBBBCCCCDDDD)
 	target := atomicTarget(t, b, orig)
 	result := mustReg(t, a.pd, make([]byte, 16), verbs.AccessLocalWrite)
@@ -174,8 +192,10 @@ func TestAtomicCmpAndSwp(t *testing.T) {
 
 // TestAtomicFetchAndAdd checks IBV_WR_ATOMIC_FETCH_AND_ADD: the original value comes back
 // in host byte order and the target holds the sum (modulo 2^64).
-func TestAtomicFetchAndAdd(t *testing.T) {
-	a, b := defaultPair(t)
+func TestAtomicFetchAndAdd(t *testing.T) { forEachOrdering(t, testAtomicFetchAndAdd) }
+
+func testAtomicFetchAndAdd(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	target := atomicTarget(t, b, 0x00000000FFFFFFFF)
 	result := mustReg(t, a.pd, make([]byte, 8), verbs.AccessLocalWrite)
 	steps := []struct{ add, wantOrig, wantAfter uint64 }{
@@ -203,8 +223,10 @@ func TestAtomicFetchAndAdd(t *testing.T) {
 // with an empty SGE) complete a receive with byte_len 0 and leave its buffer untouched,
 // and zero-byte RDMA WRITE, WRITE_WITH_IMM and READ complete successfully without
 // touching memory.
-func TestZeroLength(t *testing.T) {
-	a, b := defaultPair(t)
+func TestZeroLength(t *testing.T) { forEachOrdering(t, testZeroLength) }
+
+func testZeroLength(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	src := mustReg(t, a.pd, pattern(64, 6), verbs.AccessLocalWrite)
 	dst := mustReg(t, b.pd, fill(64, 0x33), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	for i := 0; i < 4; i++ {
@@ -247,10 +269,12 @@ func TestZeroLength(t *testing.T) {
 // TestMessageSizes checks SEND, RDMA WRITE and RDMA READ of sizes around every path MTU
 // (1, MTU-1, MTU, MTU+1, 255..257, 3 pages + 1, 1 MiB) for every MTU from 256 to 4096,
 // byte by byte.
-func TestMessageSizes(t *testing.T) {
+func TestMessageSizes(t *testing.T) { forEachOrdering(t, testMessageSizes) }
+
+func testMessageSizes(t *testing.T, mode verbs.Ordering) {
 	for mtu := verbs.MTU256; mtu <= verbs.MTU4096; mtu++ {
 		t.Run(fmt.Sprint(mtu.Bytes()), func(t *testing.T) {
-			l := defaultLink()
+			l := defaultLink().inMode(mode)
 			l.MTU = mtu
 			a, b := newPair(t, pairConfig{link: l})
 			m := mtu.Bytes()
@@ -303,9 +327,11 @@ func TestMessageSizes(t *testing.T) {
 
 // TestLargeTransfer checks a 64 MiB RDMA WRITE and a 64 MiB RDMA READ (many READ requests
 // and the full PSN window), every byte.
-func TestLargeTransfer(t *testing.T) {
+func TestLargeTransfer(t *testing.T) { forEachOrdering(t, testLargeTransfer) }
+
+func testLargeTransfer(t *testing.T, mode verbs.Ordering) {
 	const size = 64 << 20
-	l := defaultLink()
+	l := defaultLink().inMode(mode)
 	l.MTU = verbs.MTU4096
 	a, b := newPair(t, pairConfig{link: l})
 	src := mustReg(t, a.pd, pattern(size, 7), verbs.AccessLocalWrite)
@@ -362,10 +388,12 @@ func TestGiBMessages(t *testing.T) {
 
 // TestPSNWrap checks that transfers crossing the 24-bit PSN wrap (sq_psn and rq_psn just
 // below 0xFFFFFF) work in both directions for SEND, WRITE, READ and atomics.
-func TestPSNWrap(t *testing.T) {
+func TestPSNWrap(t *testing.T) { forEachOrdering(t, testPSNWrap) }
+
+func testPSNWrap(t *testing.T, mode verbs.Ordering) {
 	for _, psn := range []struct{ a, b uint32 }{{0xFFFFF0, 0xFFFFFA}, {0xFFFFFF, 0xFFFFFE}} {
 		t.Run(fmt.Sprintf("%#x,%#x", psn.a, psn.b), func(t *testing.T) {
-			a, b := newPair(t, pairConfig{psnA: psn.a, psnB: psn.b})
+			a, b := newPair(t, pairConfig{link: defaultLink().inMode(mode), psnA: psn.a, psnB: psn.b})
 			const n = 100 << 10 // 100 packets at MTU 1024
 			srcA := mustReg(t, a.pd, pattern(n, 8), verbs.AccessLocalWrite)
 			dstA := mustReg(t, a.pd, make([]byte, n), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
@@ -413,8 +441,10 @@ func TestPSNWrap(t *testing.T) {
 // gathered from five SGEs of two regions is scattered over four receive SGEs (one of them
 // empty) in order; an RDMA WRITE gathers from several SGEs and an RDMA READ scatters into
 // several.
-func TestScatterGather(t *testing.T) {
-	a, b := defaultPair(t)
+func TestScatterGather(t *testing.T) { forEachOrdering(t, testScatterGather) }
+
+func testScatterGather(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode)
 	p1 := mustReg(t, a.pd, pattern(4096, 10), verbs.AccessLocalWrite)
 	p2 := mustReg(t, a.pd, pattern(4096, 11), verbs.AccessLocalWrite)
 	gather := []verbs.SGE{p1.SGE(0, 1), p2.SGE(5, 3), p1.SGE(100, 1023), p2.SGE(1000, 7), p1.SGE(2000, 2049)}
@@ -467,8 +497,10 @@ func TestScatterGather(t *testing.T) {
 // source may be overwritten right away (here while the WR still waits behind a large
 // WRITE); inline works for SEND and RDMA WRITE, with several SGEs and up to the QP's
 // max_inline_data.
-func TestInline(t *testing.T) {
-	a, b := defaultPair(t) // max_inline_data 256
+func TestInline(t *testing.T) { forEachOrdering(t, testInline) }
+
+func testInline(t *testing.T, mode verbs.Ordering) {
+	a, b := modePair(t, mode) // max_inline_data 256
 	big := mustReg(t, a.pd, make([]byte, 4<<20), 0)
 	sink := mustReg(t, b.pd, make([]byte, 4<<20), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	src := mustReg(t, a.pd, pattern(300, 12), 0)
@@ -500,10 +532,12 @@ func TestInline(t *testing.T) {
 // TestInlineTooLarge checks that an inline WR larger than the QP's max_inline_data is
 // refused by ibv_post_send with a *PostError naming it: the WRs before it are posted and
 // complete, it and the ones after are not.
-func TestInlineTooLarge(t *testing.T) {
+func TestInlineTooLarge(t *testing.T) { forEachOrdering(t, testInlineTooLarge) }
+
+func testInlineTooLarge(t *testing.T, mode verbs.Ordering) {
 	cp := defaultCap
 	cp.MaxInlineData = 64
-	a, b := newPair(t, pairConfig{cap: cp})
+	a, b := newPair(t, pairConfig{link: defaultLink().inMode(mode), cap: cp})
 	src := mustReg(t, a.pd, pattern(128, 13), 0)
 	dst := mustReg(t, b.pd, make([]byte, 128), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	wr := func(id uint64, n int) verbs.SendWR {
@@ -528,10 +562,12 @@ func TestInlineTooLarge(t *testing.T) {
 // TestUnsignaled checks selective signaling: without SQSigAll only WRs with
 // IBV_SEND_SIGNALED produce a completion; with SQSigAll every WR does; completions come
 // in posting order whatever the opcodes.
-func TestUnsignaled(t *testing.T) {
+func TestUnsignaled(t *testing.T) { forEachOrdering(t, testUnsignaled) }
+
+func testUnsignaled(t *testing.T, mode verbs.Ordering) {
 	for _, sigAll := range []bool{false, true} {
 		t.Run(fmt.Sprintf("SQSigAll=%v", sigAll), func(t *testing.T) {
-			a, b := newPair(t, pairConfig{sigAll: sigAll})
+			a, b := newPair(t, pairConfig{link: defaultLink().inMode(mode), sigAll: sigAll})
 			src := mustReg(t, a.pd, pattern(8192, 14), verbs.AccessLocalWrite)
 			dst := mustReg(t, b.pd, make([]byte, 8192), allAccess)
 			for i := 0; i < 40; i++ {

@@ -242,7 +242,7 @@ type QPAttr struct {
 	// Ordering (a softrnic extension, set on INIT->RTR with QPAttrOrdering) selects
 	// ordered (standard RC) or weakly-ordered mode; both sides must use the same. MaxHole
 	// is weak mode's arrival bitmap span in PSNs: the largest hole, and the requester's
-	// window (0: 512).
+	// window (0: 2048; a power of two from 64 to 65536).
 	Ordering Ordering
 	MaxHole  uint32
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/transport"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -109,6 +110,17 @@ func TestQPLegalTransitions(t *testing.T) {
 				}
 				return nil
 			}},
+		{"INIT->RTR weak", verbs.StateInit, func(qp *verbs.QP) step { return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)) },
+			verbs.StateRTR, wantOrdering(verbs.OrderingWeak, transport.DefaultMaxHole)},
+		{"INIT->RTR weak with max hole 64", verbs.StateInit, func(qp *verbs.QP) step {
+			return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)).with(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 64 })
+		}, verbs.StateRTR, wantOrdering(verbs.OrderingWeak, 64)},
+		{"INIT->RTR weak with max hole 65536", verbs.StateInit, func(qp *verbs.QP) step {
+			return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)).with(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 1 << 16 })
+		}, verbs.StateRTR, wantOrdering(verbs.OrderingWeak, 1<<16)},
+		{"INIT->RTR ordered, explicitly", verbs.StateInit, func(qp *verbs.QP) step {
+			return rtrStep(self(qp), l).with(verbs.QPAttrOrdering, 0, func(a *verbs.QPAttr) { a.Ordering = verbs.OrderingStrict })
+		}, verbs.StateRTR, wantOrdering(verbs.OrderingStrict, 0)},
 		{"INIT->RTR with optional access flags and P_Key index", verbs.StateInit, func(qp *verbs.QP) step {
 			return rtrStep(self(qp), l).with(verbs.QPAttrAccessFlags|verbs.QPAttrPKeyIndex, 0,
 				func(a *verbs.QPAttr) { a.QPAccessFlags = verbs.AccessRemoteRead })
@@ -204,6 +216,16 @@ func toState(st verbs.QPState) func(*verbs.QP) step {
 	return func(*verbs.QP) step { return step{verbs.QPAttr{QPState: st}, verbs.QPAttrState} }
 }
 
+// wantOrdering checks the delivery mode and max hole QueryQP reports.
+func wantOrdering(mode verbs.Ordering, maxHole uint32) func(verbs.QPAttr) error {
+	return func(a verbs.QPAttr) error {
+		if a.Ordering != mode || a.MaxHole != maxHole {
+			return fmt.Errorf("ordering %v, max hole %d, want %v, %d", a.Ordering, a.MaxHole, mode, maxHole)
+		}
+		return nil
+	}
+}
+
 func wantAccess(want verbs.AccessFlags) func(verbs.QPAttr) error {
 	return func(a verbs.QPAttr) error {
 		if a.QPAccessFlags != want {
@@ -282,18 +304,24 @@ func TestQPInvalidModify(t *testing.T) {
 		bits     []verbs.QPAttrMask
 	}{
 		{verbs.StateReset, verbs.StateInit, init, []verbs.QPAttrMask{verbs.QPAttrSQPSN, verbs.QPAttrDestQPN, verbs.QPAttrQKey,
-			verbs.QPAttrAV, verbs.QPAttrTimeout}},
-		{verbs.StateInit, verbs.StateInit, toState(verbs.StateInit), []verbs.QPAttrMask{verbs.QPAttrPathMTU, verbs.QPAttrRQPSN}},
+			verbs.QPAttrAV, verbs.QPAttrTimeout, verbs.QPAttrOrdering}},
+		{verbs.StateInit, verbs.StateInit, toState(verbs.StateInit), []verbs.QPAttrMask{verbs.QPAttrPathMTU, verbs.QPAttrRQPSN,
+			verbs.QPAttrOrdering}},
 		{verbs.StateInit, verbs.StateRTR, rtr, []verbs.QPAttrMask{verbs.QPAttrSQPSN, verbs.QPAttrTimeout, verbs.QPAttrRetryCnt,
 			verbs.QPAttrRNRRetry, verbs.QPAttrMaxQPRdAtomic, verbs.QPAttrQKey, verbs.QPAttrPort}},
 		{verbs.StateRTR, verbs.StateRTS, rts, []verbs.QPAttrMask{verbs.QPAttrPathMTU, verbs.QPAttrDestQPN, verbs.QPAttrRQPSN,
-			verbs.QPAttrAV, verbs.QPAttrMaxDestRdAtomic, verbs.QPAttrPKeyIndex}},
+			verbs.QPAttrAV, verbs.QPAttrMaxDestRdAtomic, verbs.QPAttrPKeyIndex, verbs.QPAttrOrdering}},
 		{verbs.StateRTS, verbs.StateRTS, toState(verbs.StateRTS), []verbs.QPAttrMask{verbs.QPAttrSQPSN, verbs.QPAttrTimeout,
-			verbs.QPAttrPathMTU, verbs.QPAttrAV}},
-		{verbs.StateRTS, verbs.StateSQD, toState(verbs.StateSQD), []verbs.QPAttrMask{verbs.QPAttrAccessFlags, verbs.QPAttrSQPSN}},
-		{verbs.StateRTS, verbs.StateErr, toState(verbs.StateErr), []verbs.QPAttrMask{verbs.QPAttrTimeout, verbs.QPAttrAccessFlags}},
-		{verbs.StateRTS, verbs.StateReset, toState(verbs.StateReset), []verbs.QPAttrMask{verbs.QPAttrAccessFlags}},
-		{verbs.StateSQD, verbs.StateRTS, toState(verbs.StateRTS), []verbs.QPAttrMask{verbs.QPAttrSQPSN, verbs.QPAttrTimeout}},
+			verbs.QPAttrPathMTU, verbs.QPAttrAV, verbs.QPAttrOrdering}},
+		{verbs.StateRTS, verbs.StateSQD, toState(verbs.StateSQD), []verbs.QPAttrMask{verbs.QPAttrAccessFlags, verbs.QPAttrSQPSN,
+			verbs.QPAttrOrdering}},
+		{verbs.StateRTS, verbs.StateErr, toState(verbs.StateErr), []verbs.QPAttrMask{verbs.QPAttrTimeout, verbs.QPAttrAccessFlags,
+			verbs.QPAttrOrdering}},
+		{verbs.StateRTS, verbs.StateReset, toState(verbs.StateReset), []verbs.QPAttrMask{verbs.QPAttrAccessFlags, verbs.QPAttrOrdering}},
+		{verbs.StateSQD, verbs.StateRTS, toState(verbs.StateRTS), []verbs.QPAttrMask{verbs.QPAttrSQPSN, verbs.QPAttrTimeout,
+			verbs.QPAttrOrdering}},
+		{verbs.StateSQD, verbs.StateSQD, toState(verbs.StateSQD), []verbs.QPAttrMask{verbs.QPAttrOrdering}},
+		{verbs.StateErr, verbs.StateReset, toState(verbs.StateReset), []verbs.QPAttrMask{verbs.QPAttrOrdering}},
 	}
 	for _, e := range extra {
 		for _, bit := range e.bits {
@@ -324,6 +352,19 @@ func TestQPInvalidModify(t *testing.T) {
 	bad("max_rd_atomic 129", verbs.StateRTR, rts, func(a *verbs.QPAttr) { a.MaxRdAtomic = 129 })
 	bad("max_rd_atomic 255", verbs.StateRTR, rts, func(a *verbs.QPAttr) { a.MaxRdAtomic = 255 })
 	bad("sq_psn 2^24", verbs.StateRTR, rts, func(a *verbs.QPAttr) { a.SQPSN = 1 << 24 })
+	// The delivery mode (QPAttrOrdering, on INIT->RTR): ordered (0) or weak (1), and a
+	// max hole of 0 (the default) or 64..65536 PSNs, in either mode.
+	withOrdering := func(qp *verbs.QP) step { return rtr(qp).with(verbs.QPAttrOrdering, 0, nil) }
+	bad("ordering 7", verbs.StateInit, withOrdering, func(a *verbs.QPAttr) { a.Ordering = 7 })
+	bad("ordering 2", verbs.StateInit, withOrdering, func(a *verbs.QPAttr) { a.Ordering = 2 })
+	bad("ordering -1", verbs.StateInit, withOrdering, func(a *verbs.QPAttr) { a.Ordering = -1 })
+	for _, mh := range []uint32{1, 63, 1<<16 + 1, 1 << 20, ^uint32(0)} {
+		for _, mode := range orderings {
+			bad(fmt.Sprintf("%v with max hole %d", mode, mh), verbs.StateInit, withOrdering, func(a *verbs.QPAttr) {
+				a.Ordering, a.MaxHole = mode, mh
+			})
+		}
+	}
 	curState := func(from, claimed verbs.QPState, base func(*verbs.QP) step) {
 		bad(fmt.Sprintf("%v with cur_state %v", from, claimed), from, func(qp *verbs.QP) step {
 			return base(qp).with(verbs.QPAttrCurState, 0, func(a *verbs.QPAttr) { a.CurQPState = claimed })

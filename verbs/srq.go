@@ -162,3 +162,110 @@ func (s *SRQ) DestroySRQ() error {
 
 // PD returns the SRQ's protection domain.
 func (s *SRQ) PD() *PD { return s.pd }
+
+// LimitKind is a dimension of a QP's limit queue.
+type LimitKind int
+
+// Limit queue dimensions.
+const (
+	LimitSRQHeld     LimitKind = LimitKind(transport.LimitSRQHeld)     // SRQ WQEs taken whose completions were not polled yet
+	LimitInOrderMsgs LimitKind = LimitKind(transport.LimitInOrderMsgs) // messages being received in order
+	LimitInOrderSegs LimitKind = LimitKind(transport.LimitInOrderSegs) // packets received of those
+	LimitOOOMsgs     LimitKind = LimitKind(transport.LimitOOOMsgs)     // weak mode: messages complete beyond a hole
+	LimitOOOSegs     LimitKind = LimitKind(transport.LimitOOOSegs)     // weak mode: packets received beyond the first hole
+	LimitHoleSpan    LimitKind = LimitKind(transport.LimitHoleSpan)    // weak mode: PSNs from the first missing to the highest received
+	NumLimits                  = int(transport.NumLimits)
+)
+
+func (k LimitKind) String() string { return transport.LimitKind(k).String() }
+
+// Limit is a soft and a hard bound (0: none).
+type Limit struct{ Soft, Hard uint32 }
+
+// HardAction is the automatic response to a hard limit.
+type HardAction int
+
+// Hard-limit responses.
+const (
+	HardRNR  HardAction = HardAction(transport.HardRNR)  // refuse the packet with an RNR NAK
+	HardDrop HardAction = HardAction(transport.HardDrop) // drop the connection (QP to ERR, EventQPFatal naming the limit)
+)
+
+// Decision is what a limit queue did about a packet that reached a limit.
+type Decision int
+
+// Decisions.
+const (
+	DecideBorrow   Decision = Decision(transport.DecideBorrow)   // soft limit, within its share: accepted
+	DecidePace     Decision = Decision(transport.DecidePace)     // soft limit, over its share: RNR NAK
+	DecideEscalate Decision = Decision(transport.DecideEscalate) // soft limit, over its share and not draining, repeatedly: hard action
+	DecideHardRNR  Decision = Decision(transport.DecideHardRNR)  // hard limit: RNR NAK
+	DecideHardDrop Decision = Decision(transport.DecideHardDrop) // hard limit: connection dropped
+	NumDecisions            = int(transport.NumDecisions)
+)
+
+func (d Decision) String() string { return transport.Decision(d).String() }
+
+// LimitConfig configures a QP's limit queue: per dimension a soft and a hard limit, the
+// hard-limit response, the burst a connection may take beyond its share, and how many soft
+// hits over its share without its completions draining escalate to the hard response.
+type LimitConfig struct {
+	Limits        [NumLimits]Limit
+	OnHard        HardAction
+	Burst         float64
+	EscalateAfter int
+}
+
+// LimitStats are a QP's limit queue usage and decisions.
+type LimitStats struct {
+	Usage     [NumLimits]uint32
+	Peak      [NumLimits]uint32
+	SoftHits  [NumLimits]uint64
+	HardHits  [NumLimits]uint64
+	Decisions [NumDecisions]uint64
+	Taken     uint64  // SRQ WQEs the QP took
+	Polled    uint64  // their completions polled
+	Share     float64 // WQEs per second of its statistical share (set with SetShare)
+	Tokens    float64 // its token bucket: positive while within its share
+	Dropped   bool
+	DropWhy   string
+}
+
+// SetLimits gives the QP a limit queue (nil removes it). Everything is decided locally,
+// with no message to the peer: on reaching a soft limit the QP looks at its recent
+// behaviour — consumption against its share, whether its completions drain, its recent
+// soft-limit hits — and lets it borrow, paces it with an RNR NAK, or escalates; on reaching
+// a hard limit it sends an RNR NAK or drops the connection.
+func (q *QP) SetLimits(c *LimitConfig) {
+	if c == nil {
+		q.qp.SetLimits(nil)
+		return
+	}
+	tc := transport.LimitConfig{OnHard: transport.HardAction(c.OnHard), Burst: c.Burst, EscalateAfter: c.EscalateAfter}
+	for i, l := range c.Limits {
+		tc.Limits[i] = transport.Limit{Soft: l.Soft, Hard: l.Hard}
+	}
+	q.qp.SetLimits(&tc)
+}
+
+// SetShare sets the QP's statistical share of its SRQ, in WQEs per second: the rate its
+// limit queue's token bucket refills at.
+func (q *QP) SetShare(perSecond float64) { q.qp.SetShare(perSecond) }
+
+// SRQDemand returns how many SRQ receive WQEs the QP has taken so far and how many of its
+// requests its limit queue has refused (paced, or RNR NAKed at a hard limit). It is
+// cheap: what a provisioner samples every interval on every connection.
+func (q *QP) SRQDemand() (taken, refused uint64) { return q.qp.SRQDemand() }
+
+// LimitStats returns the QP's limit queue usage and decisions.
+func (q *QP) LimitStats() LimitStats {
+	s := q.qp.LimitStats()
+	r := LimitStats{Taken: s.Taken, Polled: s.Polled, Share: s.Share, Tokens: s.Tokens, Dropped: s.Dropped, DropWhy: s.DropWhy}
+	for i := 0; i < NumLimits; i++ {
+		r.Usage[i], r.Peak[i], r.SoftHits[i], r.HardHits[i] = s.Usage[i], s.Peak[i], s.SoftHits[i], s.HardHits[i]
+	}
+	for i := 0; i < NumDecisions; i++ {
+		r.Decisions[i] = s.Decisions[i]
+	}
+	return r
+}

@@ -22,9 +22,20 @@ type srqRig struct {
 
 func openSRQRig(t *testing.T, n, srqWR int, ordering verbs.Ordering) *srqRig {
 	t.Helper()
+	return openSRQRigWith(t, n, srqWR, ordering, verbs.DeviceConfig{})
+}
+
+// openSRQRigWith is openSRQRig with the sending device (0) configured by sender.
+func openSRQRigWith(t *testing.T, n, srqWR int, ordering verbs.Ordering, sender verbs.DeviceConfig) *srqRig {
+	t.Helper()
 	r := &srqRig{}
 	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
+		cfg := verbs.DeviceConfig{Faults: &verbs.Faults{}}
+		if i == 0 {
+			cfg = sender
+		}
+		cfg.Addr, cfg.Port = netip.MustParseAddr(ip), verbs.AnyPort
+		ctx, err := verbs.OpenDevice(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +55,7 @@ func openSRQRig(t *testing.T, n, srqWR int, ordering verbs.Ordering) *srqRig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sq, err := r.pd[0].CreateQP(&verbs.QPInitAttr{SendCQ: r.cq[0], RecvCQ: r.cq[0], Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxInlineData: 64}})
+		sq, err := r.pd[0].CreateQP(&verbs.QPInitAttr{SendCQ: r.cq[0], RecvCQ: r.cq[0], Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxInlineData: 64}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,6 +69,7 @@ type Tracker struct {
 	bits  []uint64 // bit p%span for PSN p in [base, base+span)
 	holes []Hole
 	items []Item
+	ahead uint32 // PSNs received at or past base
 
 	// Counters.
 	Opened, Closed uint64 // holes
@@ -91,6 +92,7 @@ func New(base, span uint32) *Tracker {
 func (t *Tracker) Reset(base uint32) {
 	base &= psnMask
 	t.base, t.high = base, base
+	t.ahead = 0
 	clear(t.bits)
 	t.holes = t.holes[:0]
 	clear(t.items)
@@ -168,6 +170,7 @@ func (t *Tracker) Mark(first, n uint32) Status {
 	for p := a; p != end; p = (p + 1) & psnMask {
 		if !t.bit(p) {
 			t.set(p)
+			t.ahead++
 			fresh = true
 		}
 	}
@@ -257,6 +260,7 @@ func (t *Tracker) Advance(out []Item) []Item {
 	}
 	for p := t.base; p != nb; p = (p + 1) & psnMask {
 		t.clearBit(p)
+		t.ahead--
 	}
 	t.base = nb
 	k := 0
@@ -273,6 +277,10 @@ func (t *Tracker) Advance(out []Item) []Item {
 
 // Holes appends the open holes, in PSN order, to dst.
 func (t *Tracker) Holes(dst []Hole) []Hole { return append(dst, t.holes...) }
+
+// Ahead returns how many PSNs at or past Base have arrived (all of them beyond the first
+// hole).
+func (t *Tracker) Ahead() uint32 { return t.ahead }
 
 // NumHoles returns the number of open holes.
 func (t *Tracker) NumHoles() int { return len(t.holes) }
@@ -338,6 +346,15 @@ func (t *Tracker) Check() error {
 	}
 	if len(t.holes) == 0 && t.base != t.high {
 		return fmt.Errorf("no hole but base %d != high %d", t.base, t.high)
+	}
+	var n uint32
+	for p := t.base; p != t.high; p = (p + 1) & psnMask {
+		if t.bit(p) {
+			n++
+		}
+	}
+	if n != t.ahead {
+		return fmt.Errorf("%d PSNs received past base, counter says %d", n, t.ahead)
 	}
 	return nil
 }

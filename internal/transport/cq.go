@@ -116,12 +116,24 @@ func (c *CQ) Poll(dst []CQE) int {
 		n = len(dst)
 	}
 	size := uint64(len(c.ring))
+	srq := false
 	for i := 0; i < n; i++ {
 		dst[i] = c.ring[c.tail%size]
+		srq = srq || dst[i].srq
 		c.tail++
 	}
 	c.count.Add(int64(-n))
 	c.mu.Unlock()
+	if srq {
+		// The connection's SRQ WQEs count as held until the consumer polls them.
+		for i := 0; i < n; i++ {
+			if dst[i].srq {
+				if q := c.dev.lookupQP(dst[i].QPN); q != nil {
+					q.srqPolled.Add(1)
+				}
+			}
+		}
+	}
 	return n
 }
 

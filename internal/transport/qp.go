@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/tpt"
@@ -93,8 +94,13 @@ type QP struct {
 
 	req   requester
 	resp  responder
-	weak  *weakState // weakly-ordered mode's bookkeeping; nil in ordered mode
+	weak  *weakState  // weakly-ordered mode's bookkeeping; nil in ordered mode
+	lq    *limitQueue // limit queue; nil: no limits
 	stats Stats
+
+	share     float64       // statistical share of the SRQ, WQEs per second (SetShare)
+	srqTaken  uint64        // receive WQEs taken from the SRQ
+	srqPolled atomic.Uint64 // their completions polled by the consumer
 
 	txOwner    bool // a goroutine is building/sending this QP's requests
 	txPending  bool // more requester work arrived while another goroutine owned transmit

@@ -40,6 +40,7 @@ type responder struct {
 	msn      uint32 // message sequence number
 	sending  bool   // inside a multi-packet SEND
 	writing  bool   // inside a multi-packet WRITE
+	msgPkts  uint32 // packets of the message in progress so far
 	haveRWQE bool   // rwqe holds the receive WQE of the message in progress
 	rwqe     recvWQE
 	sendOff  uint64
@@ -88,7 +89,7 @@ func (rs *responder) pumping() bool { return len(rs.pend) > 0 }
 // WR_FLUSH_ERR (the QP is entering ERR) and stops any responses.
 func (rs *responder) abortMessage(q *QP) {
 	if rs.haveRWQE {
-		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv})
+		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv, srq: q.srq})
 		rs.haveRWQE = false
 	}
 	rs.sending, rs.writing = false, false
@@ -182,6 +183,23 @@ func (q *QP) handleRequest(p *wire.Packet) {
 			return
 		}
 	}
+	if q.lq != nil && f&(wire.IsSend|wire.IsWrite) != 0 {
+		var add [NumLimits]uint32
+		add[LimitInOrderSegs] = 1
+		if f&wire.IsFirst != 0 {
+			add[LimitInOrderMsgs] = 1
+		}
+		if q.srq && (f&wire.IsSend != 0 && f&wire.IsFirst != 0 || f&wire.HasImmDt != 0 && f&wire.IsWrite != 0) {
+			add[LimitSRQHeld] = 1
+		}
+		if !q.admit(psn, &add) {
+			return
+		}
+	}
+	if f&wire.IsFirst != 0 {
+		rs.msgPkts = 0
+	}
+	rs.msgPkts++
 	switch {
 	case f&wire.IsSend != 0:
 		q.recvSend(p)
@@ -208,6 +226,9 @@ func (q *QP) recvSend(p *wire.Packet) {
 			q.sendRNR(rs.epsn)
 			return
 		}
+		if q.srq {
+			q.srqTaken++
+		}
 		rs.haveRWQE = true
 		rs.sendOff = 0
 		if rs.rwqe.verr != 0 {
@@ -224,7 +245,7 @@ func (q *QP) recvSend(p *wire.Packet) {
 	rs.epsn = wire.PSNAdd(rs.epsn, 1)
 	if f&wire.IsLast != 0 {
 		e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: uint32(rs.sendOff),
-			Opcode: WCRecv, solicited: p.BTH.SE}
+			Opcode: WCRecv, solicited: p.BTH.SE, srq: q.srq}
 		if f&wire.HasImmDt != 0 {
 			e.Imm, e.Flags = p.Imm, WCFlagWithImm
 		}
@@ -265,6 +286,9 @@ func (q *QP) recvWrite(p *wire.Packet) {
 			q.sendRNR(rs.epsn)
 			return
 		}
+		if q.srq {
+			q.srqTaken++
+		}
 		rs.haveRWQE = true
 	}
 	copy(rs.writeMem, p.Payload)
@@ -276,7 +300,7 @@ func (q *QP) recvWrite(p *wire.Packet) {
 		rs.msn = wire.PSNAdd(rs.msn, 1)
 		if f&wire.HasImmDt != 0 {
 			e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: rs.writeLen,
-				Opcode: WCRecvRDMAImm, Imm: p.Imm, Flags: WCFlagWithImm, solicited: p.BTH.SE}
+				Opcode: WCRecvRDMAImm, Imm: p.Imm, Flags: WCFlagWithImm, solicited: p.BTH.SE, srq: q.srq}
 			rs.haveRWQE = false
 			clear(rs.rwqe.segs)
 			q.recvCQ.push(&e)
@@ -560,8 +584,14 @@ func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn uint32) {
 
 // sendRNR refuses the packet at psn for lack of a receive WQE.
 func (q *QP) sendRNR(psn uint32) {
+	q.sendRNRTimer(psn, q.attr.MinRNRTimer)
+}
+
+// sendRNRTimer refuses the packet at psn with an RNR NAK asking the requester to wait the
+// timer with the given code.
+func (q *QP) sendRNRTimer(psn uint32, code uint8) {
 	q.resp.nakSent = true // later packets of the burst are dropped quietly
-	q.sendNak(wire.AETHRNR|q.attr.MinRNRTimer&0x1F, psn)
+	q.sendNak(wire.AETHRNR|code&0x1F, psn)
 }
 
 // respFatal handles a request the responder cannot execute: it NAKs it, completes the
@@ -571,7 +601,7 @@ func (q *QP) respFatal(nak uint8, status uint8, verr uint32, why string) {
 	rs := &q.resp
 	q.sendNak(wire.AETHNak|nak, rs.epsn)
 	if rs.haveRWQE {
-		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: status, Opcode: WCRecv, VendorErr: verr})
+		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: status, Opcode: WCRecv, VendorErr: verr, srq: q.srq})
 		rs.haveRWQE = false
 	} else {
 		ev := EventQPReqErr
@@ -583,5 +613,13 @@ func (q *QP) respFatal(nak uint8, status uint8, verr uint32, why string) {
 		}
 		q.dev.raise(Event{Type: ev, QP: q, Detail: why})
 	}
+	q.errorState(StatusWRFlushErr, 0)
+}
+
+// respFatalEvent NAKs the request, raises the asynchronous event ev and moves the QP to
+// ERR (a receive WQE in use is flushed with the rest).
+func (q *QP) respFatalEvent(nak uint8, status uint8, ev EventType, why string) {
+	q.sendNak(wire.AETHNak|nak, q.resp.epsn)
+	q.dev.raise(Event{Type: ev, QP: q, Detail: why})
 	q.errorState(StatusWRFlushErr, 0)
 }

@@ -113,6 +113,7 @@ type CQE struct {
 	Opcode    uint8
 	Flags     uint8
 	solicited bool
+	srq       bool // a receive completion of a QP on an SRQ (counted when polled)
 }
 
 // SGE is one element of a scatter/gather list.

@@ -53,6 +53,7 @@ type psnMeta struct {
 type weakMsg struct {
 	valid  bool
 	rsn    uint32
+	first  uint32 // the message's first PSN
 	npk    uint32 // packets
 	got    uint32 // packets placed
 	length uint32
@@ -91,6 +92,8 @@ type weakState struct {
 	highTx  uint32         // highest transmission number received (echoed in SACKs)
 	msgs    []weakMsg      // by receive sequence number & (span-1)
 	rsnBase uint32         // receive sequence number of the next receive WQE to consume
+	inMsgs  uint32         // messages with a receive WQE in progress (not all packets placed)
+	inSegs  uint32         // their packets placed
 
 	items  []holes.Item // scratch
 	ranges [][2]uint32  // scratch
@@ -109,6 +112,9 @@ func newWeakState(q *QP, span, epsn uint32) *weakState {
 	ws.msgs = make([]weakMsg, ws.span)
 	return ws
 }
+
+// inProgress returns the messages in progress and their packets placed.
+func (ws *weakState) inProgress() (uint32, uint32) { return ws.inMsgs, ws.inSegs }
 
 // startRequester sets the first PSN the requester sends.
 func (ws *weakState) startRequester(psn uint32) { ws.done.Reset(psn) }
@@ -395,8 +401,8 @@ func (q *QP) weakAck(p *wire.Packet) {
 	case wire.AETHRNR:
 		q.stats.RNRNAKsRecv++
 		q.doneAdvance(progress, now)
-		if q.state != StateRTS && q.state != StateSQD {
-			return
+		if q.state != StateRTS && q.state != StateSQD || r.rnrWait {
+			return // one RNR retry per wait, however many packets were refused
 		}
 		if r.rnrLeft == 0 {
 			q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
@@ -527,6 +533,9 @@ func (q *QP) weakRequest(p *wire.Packet) {
 	ws.items = ws.arrived.Advance(ws.items[:0])
 	for _, it := range ws.items {
 		q.weakDeliver(it)
+		if q.state == StateErr {
+			return // refused: nothing behind it is delivered into the flushed queues
+		}
 	}
 	rs.epsn = ws.arrived.Base()
 	q.requestAck(p)
@@ -541,7 +550,9 @@ func (q *QP) weakMark(psn, n uint32) bool {
 		q.resp.ackPending = true
 		return false
 	}
-	if wire.PSNDiff(wire.PSNAdd(psn, n), ws.arrived.Base()) > int32(ws.span) {
+	// Anything not inside [base, base+span) — including PSNs so far ahead that the 24-bit
+	// difference wraps negative — is beyond the span: dropped without touching memory.
+	if d := wire.PSNDiff(psn, ws.arrived.Base()); d < 0 || int64(d)+int64(n) > int64(ws.span) {
 		q.stats.BeyondSpan++
 		return false
 	}
@@ -558,13 +569,36 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	psn := p.BTH.PSN
 	l := uint64(len(p.Payload))
 	npk := max((o.Length+q.mtu-1)/q.mtu, 1)
-	if o.Offset%q.mtu != 0 || uint64(o.Offset) > uint64(o.Length) || l != min(uint64(q.mtu), uint64(o.Length-o.Offset)) {
+	inside := o.Offset < o.Length || o.Length == 0 && o.Offset == 0
+	if !inside || o.Offset%q.mtu != 0 || l != min(uint64(q.mtu), uint64(o.Length-o.Offset)) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload does not match its offset and message length")
 		return
 	}
 	recv := f&wire.IsSend != 0 || o.Flags&wire.OOHRecv != 0
+	first := wire.PSNAdd(psn, ^(o.Offset/q.mtu)+1) // the message's first PSN, as this packet says
 	if !q.weakMark(psn, 1) {
 		return
+	}
+	if q.lq != nil {
+		var add [NumLimits]uint32
+		if recv {
+			if m := &ws.msgs[o.Seq&(ws.span-1)]; !m.valid || m.rsn != o.Seq {
+				add[LimitInOrderMsgs] = 1
+				if q.srq {
+					add[LimitSRQHeld] = 1
+				}
+			}
+			add[LimitInOrderSegs] = 1
+		}
+		if psn != ws.arrived.Base() {
+			add[LimitOOOSegs] = 1
+		}
+		if d := wire.PSNDiff(wire.PSNAdd(psn, 1), ws.arrived.High()); d > 0 {
+			add[LimitHoleSpan] = uint32(d)
+		}
+		if !q.admit(psn, &add) {
+			return
+		}
 	}
 	var msg *weakMsg
 	if recv {
@@ -579,7 +613,9 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 			switch {
 			case wire.PSNDiff(o.Seq, ws.rsnBase) < 0 || k >= ws.span:
 			case q.srq:
-				bound = q.rq.pop(&msg.wqe)
+				if bound = q.rq.pop(&msg.wqe); bound {
+					q.srqTaken++
+				}
 			default:
 				bound = q.rq.peek(int(k), &msg.wqe)
 			}
@@ -591,10 +627,11 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 				q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, msg.wqe.verr, "receive WQE has an invalid local key")
 				return
 			}
-			msg.valid, msg.rsn, msg.npk, msg.got, msg.length = true, o.Seq, npk, 0, o.Length
+			msg.valid, msg.rsn, msg.first, msg.npk, msg.got, msg.length = true, o.Seq, first, npk, 0, o.Length
 			msg.hasImm, msg.se, msg.write = false, false, f&wire.IsWrite != 0
+			ws.inMsgs++
 		}
-		if msg.length != o.Length {
+		if msg.length != o.Length || msg.first != first {
 			q.stats.Dropped++ // its packets disagree about the message
 			return
 		}
@@ -622,8 +659,10 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	if p.BTH.SE {
 		msg.se = true
 	}
+	ws.inSegs++
 	if msg.got++; msg.got == msg.npk {
-		first := wire.PSNAdd(psn, ^uint32(o.Offset/q.mtu)+1)
+		ws.inMsgs--
+		ws.inSegs -= msg.npk
 		ws.arrived.Hold(holes.Item{PSN: wire.PSNAdd(first, npk-1), Kind: kindRecv, Ref: msg.rsn})
 	}
 }
@@ -668,6 +707,10 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 		}
 		return
 	}
+	if rs.res[slot].held {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+		return
+	}
 	if !q.weakMark(psn, npk) {
 		return
 	}
@@ -700,6 +743,10 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		}
 		return
 	}
+	if rs.res[slot].held {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+		return
+	}
 	if !q.weakMark(psn, 1) {
 		return
 	}
@@ -725,12 +772,17 @@ func (q *QP) weakDeliver(it holes.Item) {
 	switch it.Kind {
 	case kindRecv:
 		msg := &ws.msgs[it.Ref&(ws.span-1)]
+		if msg.rsn != ws.rsnBase {
+			// Messages that consume receive WQEs must number them in PSN order.
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "receive sequence numbers out of order")
+			return
+		}
 		if !q.srq {
 			var w recvWQE
 			w.segs = msg.wqe.segs[:0]
 			q.rq.pop(&w) // the WQE msg bound: receive WQEs complete in sequence order
 		}
-		e := CQE{WRID: msg.wqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: msg.length, Opcode: WCRecv, solicited: msg.se}
+		e := CQE{WRID: msg.wqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: msg.length, Opcode: WCRecv, solicited: msg.se, srq: q.srq}
 		if msg.write {
 			e.Opcode = WCRecvRDMAImm
 		}
@@ -747,6 +799,12 @@ func (q *QP) weakDeliver(it holes.Item) {
 		q.queueResource(int(it.Ref))
 	case kindAtomic:
 		r := &rs.res[it.Ref]
+		if r.kind != resAtomic || len(r.mem) < 8 {
+			// Cannot happen while held slots are never reused; never run an atomic on
+			// anything but its own 8 bytes.
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic resource lost")
+			return
+		}
 		q.dev.atomicMu.Lock()
 		orig := binary.NativeEndian.Uint64(r.mem)
 		v := orig
@@ -786,7 +844,7 @@ func (q *QP) flushTaken() {
 	ws := q.weak
 	for i := range ws.msgs {
 		if m := &ws.msgs[i]; m.valid {
-			q.recvCQ.push(&CQE{WRID: m.wqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv})
+			q.recvCQ.push(&CQE{WRID: m.wqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv, srq: true})
 			m.valid = false
 		}
 	}

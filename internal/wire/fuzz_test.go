@@ -2,12 +2,14 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -119,6 +121,140 @@ func FuzzDecodePacket(f *testing.F) {
 		}
 		if !bytes.Equal(p.Payload, b[info.HdrLen:info.HdrLen+len(p.Payload)]) {
 			t.Fatal("payload bytes differ from the input")
+		}
+
+		// A weak-mode packet's extension is what its own decoder reads: the OOH of a
+		// request, the SACK header of the acknowledgement (whose ranges are the payload).
+		if fl&IsWeak != 0 {
+			if p.BTH.Opcode == OpWeakAck {
+				if len(p.Ext) != SACKHeaderLen {
+					t.Fatalf("SACK header is %d bytes", len(p.Ext))
+				}
+				_ = SACKEcho(p.Ext)
+				if r, err := DecodeSACK(p.Ext, p.Payload, nil); err == nil && len(r)*SACKRangeLen != len(p.Payload) {
+					t.Fatalf("%d SACK ranges from %d payload bytes", len(r), len(p.Payload))
+				}
+			} else {
+				if len(p.Ext) != OOHLen {
+					t.Fatalf("%v: OOH is %d bytes", p.BTH.Opcode, len(p.Ext))
+				}
+				_, _ = DecodeOOH(p.Ext)
+			}
+		}
+	})
+}
+
+// oohReserved reports whether the 20 bytes of an OOH have a bit set that DecodeOOH must
+// refuse: a receive/read sequence number wider than 24 bits, a flag other than OOHRecv,
+// or one of the three reserved bytes.
+func oohReserved(b []byte) bool {
+	return be32(b[0:4]) > PSNMask || b[12]&^OOHRecv != 0 || b[13]|b[14]|b[15] != 0
+}
+
+// FuzzDecodeOOH: DecodeOOH never panics; it refuses exactly the inputs that are short or
+// set a reserved bit; what it accepts re-encodes byte for byte (Put) and decodes to the
+// same header again. Put of any header decodes back to it (with Seq cut to 24 bits),
+// unless it has flags DecodeOOH refuses.
+func FuzzDecodeOOH(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := DecodeOOH(b)
+		switch {
+		case len(b) < OOHLen:
+			if err != ErrShort {
+				t.Fatalf("DecodeOOH(%d bytes): %v, want ErrShort", len(b), err)
+			}
+		case oohReserved(b):
+			if err != ErrReserved {
+				t.Fatalf("DecodeOOH(%x): %v, want ErrReserved", b[:OOHLen], err)
+			}
+		case err != nil:
+			t.Fatalf("DecodeOOH(%x): %v", b[:OOHLen], err)
+		default:
+			if o.Seq > PSNMask || o.Flags&^OOHRecv != 0 {
+				t.Fatalf("accepted out-of-range fields %+v", o)
+			}
+			var enc [OOHLen]byte
+			o.Put(enc[:])
+			if !bytes.Equal(enc[:], b[:OOHLen]) {
+				t.Fatalf("Put gives %x for input %x", enc, b[:OOHLen])
+			}
+			if o2, err := DecodeOOH(enc[:]); err != nil || o2 != o {
+				t.Fatalf("round trip %+v -> %+v (%v)", o, o2, err)
+			}
+		}
+
+		// The input's bytes as the fields of a header to encode.
+		r := append(append([]byte(nil), b...), make([]byte, 17)...)
+		in := OOH{Seq: be32(r[0:]), Offset: be32(r[4:]), Length: be32(r[8:]), Flags: r[12], TxSeq: be32(r[13:])}
+		enc := bytes.Repeat([]byte{0xA5}, OOHLen+1)
+		in.Put(enc)
+		if enc[OOHLen] != 0xA5 {
+			t.Fatal("Put wrote past the OOH")
+		}
+		out, err := DecodeOOH(enc)
+		want := in
+		want.Seq &= PSNMask
+		switch {
+		case in.Flags&^OOHRecv != 0:
+			if err != ErrReserved {
+				t.Fatalf("Put of flags %#x decodes: %+v, %v", in.Flags, out, err)
+			}
+		case err != nil || out != want:
+			t.Fatalf("Put %+v decodes to %+v (%v), want %+v", in, out, err, want)
+		}
+	})
+}
+
+// FuzzDecodeSACK: DecodeSACK never panics and never drops what dst held; what it accepts
+// is a count word of at most MaxSACKRanges ranges, exactly that many 8-byte ranges of
+// non-empty PSN runs shorter than half the PSN space, each with a zero top byte; the
+// ranges re-encode (PutSACKRanges) to the input byte for byte, and a SACK built from them
+// (PutSACKHeader) decodes to them again with its echo. SACKEcho never panics.
+func FuzzDecodeSACK(f *testing.F) {
+	f.Fuzz(func(t *testing.T, count, payload []byte, echo uint32) {
+		_ = SACKEcho(count)
+		prefix := [][2]uint32{{1, 2}}
+		got, err := DecodeSACK(count, payload, prefix)
+		if len(got) < 1 || got[0] != prefix[0] {
+			t.Fatalf("DecodeSACK lost what dst held: %v", got)
+		}
+		if err != nil {
+			if err != ErrShort && err != ErrSACK {
+				t.Fatalf("undocumented error %v", err)
+			}
+			if (err == ErrShort) != (len(count) < 4) {
+				t.Fatalf("%v for a %d-byte count", err, len(count))
+			}
+			return
+		}
+		ranges := got[1:]
+		n := be32(count)
+		if len(count) < 4 || n > MaxSACKRanges || uint32(len(ranges)) != n || len(payload) != int(n)*SACKRangeLen {
+			t.Fatalf("accepted count %d with %d payload bytes: %d ranges", n, len(payload), len(ranges))
+		}
+		for i, r := range ranges {
+			if r[0] > PSNMask || r[1] > PSNMask || PSNDiff(r[1], r[0]) <= 0 {
+				t.Fatalf("accepted range %d [%#x, %#x): empty, reversed or wider than 24 bits", i, r[0], r[1])
+			}
+			if r[0] != be32(payload[i*8:]) || r[1] != be32(payload[i*8+4:]) {
+				t.Fatalf("range %d [%#x, %#x) is not the input's", i, r[0], r[1])
+			}
+		}
+		enc := make([]byte, len(ranges)*SACKRangeLen)
+		PutSACKRanges(enc, ranges)
+		if !bytes.Equal(enc, payload) {
+			t.Fatalf("ranges re-encode as %x, input %x", enc, payload)
+		}
+		var hdr [SACKHeaderLen]byte
+		PutSACKHeader(hdr[:], len(ranges), echo)
+		again, err := DecodeSACK(hdr[:], enc, nil)
+		if err != nil || len(again) != len(ranges) || SACKEcho(hdr[:]) != echo {
+			t.Fatalf("rebuilt SACK: %v, %v, echo %#x", again, err, SACKEcho(hdr[:]))
+		}
+		for i := range again {
+			if again[i] != ranges[i] {
+				t.Fatalf("rebuilt SACK range %d: %v, want %v", i, again[i], ranges[i])
+			}
 		}
 	})
 }
@@ -412,6 +548,83 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		add(name, "ones", ff[:n])
 		add(name, "ones-long", ff[:n+5])
 	}
+	// Weak-mode packets: one of every opcode (built here, there are no external vectors
+	// for the manufacturer-specific opcodes), with their truncations, and their OOH and
+	// SACK parts for the decoders of their own.
+	for _, w := range weakSeedPackets() {
+		name := "weak-" + w.name
+		add("FuzzDecodePacket", name, w.pkt)
+		add("FuzzDecodeBTH", name, w.pkt[:BTHLen])
+		var p Packet
+		if err := p.Decode(w.pkt); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		hl := p.Info.HdrLen
+		if len(w.pkt) > hl+ICRCLen {
+			add("FuzzDecodePacket", name+"-hdr-only", w.pkt[:hl+ICRCLen])
+		}
+		add("FuzzDecodePacket", name+"-one-short", w.pkt[:hl+ICRCLen-1])
+		if p.BTH.Opcode == OpWeakAck {
+			add("FuzzDecodeSACK", name, p.Ext, p.Payload, SACKEcho(p.Ext))
+		} else {
+			add("FuzzDecodeOOH", name, p.Ext)
+		}
+	}
+	ooh := func(seq, off, n uint32, flags uint8, tx uint32) []byte {
+		b := make([]byte, OOHLen)
+		(&OOH{Seq: seq, Offset: off, Length: n, Flags: flags, TxSeq: tx}).Put(b)
+		return b
+	}
+	add("FuzzDecodeOOH", "empty", []byte{})
+	add("FuzzDecodeOOH", "one-short", ooh(1, 2, 3, OOHRecv, 4)[:OOHLen-1])
+	add("FuzzDecodeOOH", "ones", ff[:OOHLen])
+	add("FuzzDecodeOOH", "max-fields", append(ooh(PSNMask, ^uint32(0), ^uint32(0), OOHRecv, ^uint32(0)), 0xEE))
+	seqTop := ooh(5, 0, 8, 0, 1)
+	seqTop[0] = 1
+	add("FuzzDecodeOOH", "seq-25-bits", seqTop)
+	add("FuzzDecodeOOH", "flag-2", ooh(5, 0, 8, 2, 1))
+	resv := ooh(5, 0, 8, OOHRecv, 1)
+	resv[14] = 0x80
+	add("FuzzDecodeOOH", "reserved-byte", resv)
+	sack := func(echo uint32, rs ...[2]uint32) ([]byte, []byte) {
+		hdr := make([]byte, SACKHeaderLen)
+		PutSACKHeader(hdr, len(rs), echo)
+		pay := make([]byte, len(rs)*SACKRangeLen)
+		PutSACKRanges(pay, rs)
+		return hdr, pay
+	}
+	sackSeed := func(name string, hdr, pay []byte) { add("FuzzDecodeSACK", name, hdr, pay, SACKEcho(hdr)+1) }
+	h, pl := sack(7)
+	sackSeed("none", h, pl)
+	h, pl = sack(9, [2]uint32{3, 5}, [2]uint32{8, 100})
+	sackSeed("two", h, pl)
+	var many [][2]uint32
+	for i := uint32(0); i < MaxSACKRanges+1; i++ {
+		many = append(many, [2]uint32{10 * i, 10*i + 5})
+	}
+	h, pl = sack(1, many[:MaxSACKRanges]...)
+	sackSeed("max-ranges", h, pl)
+	h, pl = sack(1, many...)
+	sackSeed("too-many-ranges", h, pl)
+	h, pl = sack(2, [2]uint32{PSNMask - 3, 4})
+	sackSeed("wrap", h, pl)
+	h, pl = sack(2, [2]uint32{5, 5})
+	sackSeed("empty-range", h, pl)
+	h, pl = sack(2, [2]uint32{9, 5})
+	sackSeed("reversed-range", h, pl)
+	h, pl = sack(2, [2]uint32{0, 1 << 23})
+	sackSeed("half-space", h, pl)
+	h, pl = sack(2, [2]uint32{0, 1<<23 - 1})
+	sackSeed("just-under-half", h, pl)
+	h, pl = sack(2, [2]uint32{3, 5})
+	pl[0] = 1
+	sackSeed("top-byte-set", h, pl)
+	h, pl = sack(2, [2]uint32{3, 5})
+	sackSeed("payload-short", h, pl[:7])
+	sackSeed("payload-long", h, append(pl, 0))
+	sackSeed("count-short", h[:3], pl)
+	sackSeed("count-ones", ff[:SACKHeaderLen], ff[:16])
+
 	v6 := append(netip.MustParseAddr("fd00::1").AsSlice(), netip.MustParseAddr("fd00::2").AsSlice()...)
 	mapped := append(netip.MustParseAddr("::ffff:10.0.0.1").AsSlice(), netip.MustParseAddr("::ffff:10.0.0.2").AsSlice()...)
 	first, _ := hex.DecodeString(vecs[0].BTHToEnd)
@@ -423,7 +636,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 
 	for target, seeds := range corpora {
 		dir := filepath.Join("testdata", "fuzz", target)
-		if err := os.RemoveAll(dir); err != nil {
+		if err := clearSeeds(dir); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -435,6 +648,131 @@ func TestWriteFuzzSeeds(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d seeds", target, len(seeds))
+	}
+}
+
+// clearSeeds removes the generated seeds of a corpus directory, keeping the inputs the
+// fuzzer found (named regression-*), which the generator cannot make again.
+func clearSeeds(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "regression-") {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// weakSeed is a sealed weak-mode packet for the seed corpora.
+type weakSeed struct {
+	name string
+	pkt  []byte // BTH to ICRC
+}
+
+// weakSeedPackets builds one packet of every weak-mode opcode, as softrnic sends them,
+// sealed with the ICRC of a fixed IPv4 flow.
+func weakSeedPackets() []weakSeed {
+	fl := Flow{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), SrcPort: 49152, DstPort: UDPPort, DF: true}
+	build := func(op Opcode, psn uint32, fill func(hdr []byte), payload []byte) []byte {
+		info := op.Info()
+		pad := PadFor(len(payload))
+		pkt := make([]byte, info.HdrLen, info.HdrLen+len(payload)+pad+ICRCLen)
+		(&BTH{Opcode: op, PKey: DefaultPKey, DestQP: 0x12345, PSN: psn, AckReq: true, PadCnt: uint8(pad)}).Put(pkt)
+		fill(pkt)
+		pkt = append(pkt, payload...)
+		pkt = append(pkt, make([]byte, pad)...)
+		var c [ICRCLen]byte
+		PutICRC(c[:], fl.ICRC(pkt))
+		return append(pkt, c[:]...)
+	}
+	putOOH := func(hdr []byte, o OOH) { o.Put(hdr[len(hdr)-OOHLen:]) }
+	data := bytes.Repeat([]byte("weak-mode payload "), 8)
+	reth := &RETH{VA: 0x7f0000001000, RKey: 0xabcd01, DMALen: 3000}
+	at := &AtomicETH{VA: 0x7f0000002008, RKey: 0xabcd02, SwapAdd: 5, Compare: 7}
+	return []weakSeed{
+		{"send", build(OpWeakSend, 10, func(h []byte) { putOOH(h, OOH{Seq: 3, Offset: 256, Length: 1000, Flags: OOHRecv, TxSeq: 11}) }, data[:101])},
+		{"send-imm", build(OpWeakSendImm, 11, func(h []byte) {
+			binary.BigEndian.PutUint32(h[BTHLen:], 0xfeedface)
+			putOOH(h, OOH{Seq: 4, Length: 7, Flags: OOHRecv, TxSeq: 12})
+		}, data[:7])},
+		{"write", build(OpWeakWrite, 12, func(h []byte) {
+			reth.Put(h[BTHLen:])
+			putOOH(h, OOH{Offset: 1024, Length: 3000, TxSeq: 13})
+		}, data[:128])},
+		{"write-imm", build(OpWeakWriteImm, PSNMask, func(h []byte) {
+			reth.Put(h[BTHLen:])
+			binary.BigEndian.PutUint32(h[BTHLen+RETHLen:], 42)
+			putOOH(h, OOH{Seq: 5, Offset: 2048, Length: 3000, Flags: OOHRecv, TxSeq: 14})
+		}, data[:9])},
+		{"read-request", build(OpWeakReadReq, 13, func(h []byte) {
+			reth.Put(h[BTHLen:])
+			putOOH(h, OOH{Seq: 2, Length: 3000, TxSeq: 15})
+		}, nil)},
+		{"cmp-swap", build(OpWeakCmpSwap, 16, func(h []byte) {
+			at.Put(h[BTHLen:])
+			putOOH(h, OOH{Seq: 3, Length: 8, TxSeq: 16})
+		}, nil)},
+		{"fetch-add", build(OpWeakFetchAdd, 17, func(h []byte) {
+			at.Put(h[BTHLen:])
+			putOOH(h, OOH{Seq: 4, Length: 8, TxSeq: 17})
+		}, nil)},
+		{"ack", build(OpWeakAck, 9, func(h []byte) {
+			(&AETH{Syndrome: AETHAck | NoCredits, MSN: 3}).Put(h[BTHLen:])
+			PutSACKHeader(h[BTHLen+AETHLen:], 2, 17)
+		}, func() []byte {
+			b := make([]byte, 2*SACKRangeLen)
+			PutSACKRanges(b, [][2]uint32{{11, 13}, {16, 18}})
+			return b
+		}())},
+		{"ack-no-ranges", build(OpWeakAck, 17, func(h []byte) {
+			(&AETH{Syndrome: AETHAck | NoCredits, MSN: 9}).Put(h[BTHLen:])
+			PutSACKHeader(h[BTHLen+AETHLen:], 0, 17)
+		}, nil)},
+		{"rnr-nak", build(OpWeakAck, 9, func(h []byte) {
+			(&AETH{Syndrome: AETHRNR | 1, MSN: 3}).Put(h[BTHLen:])
+			PutSACKHeader(h[BTHLen+AETHLen:], 1, 12)
+		}, func() []byte {
+			b := make([]byte, SACKRangeLen)
+			PutSACKRanges(b, [][2]uint32{{11, 12}})
+			return b
+		}())},
+	}
+}
+
+// TestWeakSeedPackets checks the weak-mode seed packets: each decodes as its opcode with a
+// valid ICRC and extension, so the seed corpora start from real packets.
+func TestWeakSeedPackets(t *testing.T) {
+	fl := Flow{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), SrcPort: 49152, DstPort: UDPPort, DF: true}
+	seen := map[Opcode]bool{}
+	for _, w := range weakSeedPackets() {
+		var p Packet
+		if err := p.Decode(w.pkt); err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		if !fl.VerifyICRC(w.pkt) || p.Info.Flags&IsWeak == 0 {
+			t.Fatalf("%s: ICRC or opcode %v", w.name, p.BTH.Opcode)
+		}
+		if p.BTH.Opcode == OpWeakAck {
+			if _, err := DecodeSACK(p.Ext, p.Payload, nil); err != nil {
+				t.Fatalf("%s: %v", w.name, err)
+			}
+		} else if _, err := DecodeOOH(p.Ext); err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		seen[p.BTH.Opcode] = true
+	}
+	for op := OpWeakAck; op <= OpWeakFetchAdd; op++ {
+		if !seen[op] {
+			t.Errorf("no seed packet of %v", op)
+		}
 	}
 }
 

@@ -62,6 +62,18 @@ func RNRTimer(code uint8) time.Duration {
 	return time.Duration(rnrTimerUS[code&0x1F]) * time.Microsecond
 }
 
+// RNRTimerCode returns the code of the shortest RNR NAK timer at least d (the longest,
+// 491.52 ms, if none is; code 0, 655.36 ms, is never chosen).
+func RNRTimerCode(d time.Duration) uint8 {
+	us := d.Microseconds()
+	for c := uint8(1); c < 32; c++ {
+		if int64(rnrTimerUS[c]) >= us {
+			return c
+		}
+	}
+	return 31
+}
+
 // AckTimeout decodes the QP's 5-bit local ACK timeout: 4.096 µs × 2^timeout; 0 means
 // infinite and returns 0.
 func AckTimeout(code uint8) time.Duration {

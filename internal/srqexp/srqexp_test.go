@@ -1,0 +1,43 @@
+package srqexp
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSharedVersusPerQP runs both modes at a small scale and checks what must hold at
+// any scale: every connection works, the statistical SRQ registers far less memory than
+// per-QP queues sized for the same peak, and a hostile flood is stopped.
+func TestSharedVersusPerQP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("experiment")
+	}
+	base := Config{Conns: 100, Duration: 300 * time.Millisecond, IdleRate: 2}
+	per := base
+	per.Mode = PerQPRQ
+	rp, err := Run(per)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := base
+	sh.Mode = SharedSRQ
+	sh.Hostile = true
+	rs, err := Run(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("per-QP: %+v", rp)
+	t.Logf("shared: %+v", rs)
+	if rp.Messages == 0 || rs.Messages == 0 {
+		t.Fatal("no messages delivered")
+	}
+	if rs.RegisteredBytes*4 > rp.RegisteredBytes {
+		t.Errorf("shared SRQ registered %d bytes, per-QP %d: expected far less", rs.RegisteredBytes, rp.RegisteredBytes)
+	}
+	if rs.HostileDecision == "" || rs.HostileRefused == 0 {
+		t.Errorf("hostile connection was never stopped (delivered %d, refused %d)", rs.HostileDelivered, rs.HostileRefused)
+	}
+	if rs.HostilePeakHeld > 256 {
+		t.Errorf("hostile held %d SRQ entries, above its hard limit", rs.HostilePeakHeld)
+	}
+}

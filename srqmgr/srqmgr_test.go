@@ -1,0 +1,192 @@
+package srqmgr
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+type rig struct {
+	ctx  [2]*verbs.Context
+	pd   [2]*verbs.PD
+	cq   [2]*verbs.CQ
+	srq  *verbs.SRQ
+	rqps []*verbs.QP
+	sqps []*verbs.QP
+	src  *verbs.MR
+}
+
+func newRig(t *testing.T, n, srqWR int) *rig {
+	t.Helper()
+	r := &rig{}
+	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
+		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ctx.Close() })
+		r.ctx[i] = ctx
+		r.pd[i], _ = ctx.AllocPD()
+		r.cq[i], err = ctx.CreateCQ(8192, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	if r.srq, err = r.pd[1].CreateSRQ(&verbs.SRQInitAttr{MaxWR: srqWR, MaxSGE: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		rq, err := r.pd[1].CreateQP(&verbs.QPInitAttr{SendCQ: r.cq[1], RecvCQ: r.cq[1], SRQ: r.srq, Cap: verbs.QPCap{MaxSendWR: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sq, err := r.pd[0].CreateQP(&verbs.QPInitAttr{SendCQ: r.cq[0], RecvCQ: r.cq[0], Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := verbs.ConnectOptions{Timeout: 14, RNRRetry: 7, MinRNRTimer: 1}
+		if err := sq.Connect(1, rq.Endpoint(2), o); err != nil {
+			t.Fatal(err)
+		}
+		if err := rq.Connect(2, sq.Endpoint(1), o); err != nil {
+			t.Fatal(err)
+		}
+		r.rqps, r.sqps = append(r.rqps, rq), append(r.sqps, sq)
+	}
+	r.src, _ = r.pd[0].RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	return r
+}
+
+// send sends k[i] messages on connection i, and consumes them all (releasing the buffers
+// unless keep).
+func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
+	t.Helper()
+	total := 0
+	for i, n := range k {
+		for j := 0; j < n; j++ {
+			if err := r.sqps[i].PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.src.SGE(0, 64)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		total += n
+	}
+	wc := make([]verbs.WorkCompletion, 64)
+	deadline := time.Now().Add(20 * time.Second)
+	for got, sent := 0, 0; got < total || sent < total; {
+		if n := r.cq[1].PollCQ(wc); n > 0 {
+			for _, e := range wc[:n] {
+				if e.Status != verbs.WCSuccess {
+					t.Fatalf("receive %+v", e)
+				}
+				if len(m.Buffer(e.WRID)) != 64 {
+					t.Fatal("buffer")
+				}
+				if len(keep) == 0 {
+					m.Release(e.WRID)
+				}
+			}
+			got += n
+		}
+		sent += r.cq[0].PollCQ(wc)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d received, %d sent", got, total, sent)
+		}
+	}
+}
+
+// TestTargetFollowsDemand steps the demand of 8 connections up and down and checks that the
+// target depth follows, that per-connection shares are set, and that registered memory
+// shrinks back when demand falls.
+func TestTargetFollowsDemand(t *testing.T) {
+	const n = 8
+	r := newRig(t, n, 4096)
+	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, qp := range r.rqps {
+		m.Attach(qp)
+	}
+	if s := m.Stats(); s.Target != 8 || s.Posted != 8 {
+		t.Fatalf("initial %+v", s)
+	}
+	step := func(per int, ticks int) Stats {
+		k := make([]int, n)
+		for i := range k {
+			k[i] = per
+		}
+		for i := 0; i < ticks; i++ {
+			r.send(t, m, k)
+			m.Tick()
+		}
+		return m.Stats()
+	}
+	low := step(2, 8)
+	high := step(40, 8)
+	down := step(2, 16)
+	t.Logf("low %d, high %d, down %d (registered %d, %d, %d bytes)", low.Target, high.Target, down.Target,
+		low.RegisteredBytes, high.RegisteredBytes, down.RegisteredBytes)
+	if !(low.Target >= 16 && low.Target < 40) {
+		t.Fatalf("low demand (8 x 2 per interval): target %d", low.Target)
+	}
+	if !(high.Target >= 8*40 && high.Target < 8*40*2) {
+		t.Fatalf("high demand (8 x 40 per interval): target %d", high.Target)
+	}
+	if down.Target >= high.Target/4 {
+		t.Fatalf("demand fell back to 8 x 2: target %d", down.Target)
+	}
+	// Posted WQEs cannot be taken back: above a falling target the SRQ drains to it as
+	// connections consume (and released buffers are retired).
+	if high.Posted < high.Target {
+		t.Fatalf("posted %d, target %d", high.Posted, high.Target)
+	}
+	if down.RegisteredBytes >= high.RegisteredBytes {
+		t.Fatalf("registered memory did not shrink: %d -> %d", high.RegisteredBytes, down.RegisteredBytes)
+	}
+	for _, c := range high.Conns {
+		if c.Mean < 30 || c.Share < c.Mean || c.Limits.Share <= 0 {
+			t.Fatalf("connection stats %+v", c)
+		}
+	}
+}
+
+// TestLimitEventRefills checks that the SRQ's low-watermark event makes the manager refill
+// before its next tick.
+func TestLimitEventRefills(t *testing.T) {
+	r := newRig(t, 1, 1024)
+	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 16, Chunk: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Attach(r.rqps[0])
+	r.send(t, m, []int{13}, true) // 16 - 13 = 3 < 16/4 (buffers kept): the event fires
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ev, ok := r.ctx[1].TryGetAsyncEvent()
+		if ok {
+			r.ctx[1].AckAsyncEvent(ev)
+			if m.HandleEvent(ev) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no SRQ limit event")
+		}
+	}
+	if s := m.Stats(); s.Posted != s.Target || s.LimitEvents != 1 {
+		t.Fatalf("after the limit event: %+v", s)
+	}
+}
+
+func TestNormalQuantile(t *testing.T) {
+	for _, c := range []struct{ p, z float64 }{{0.999, 3.090}, {0.99, 2.326}, {0.9, 1.2816}} {
+		if z := normalQuantile(c.p); z < c.z-0.001 || z > c.z+0.001 {
+			t.Errorf("quantile(%g) = %g, want %g", c.p, z, c.z)
+		}
+	}
+}
