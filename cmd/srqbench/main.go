@@ -93,6 +93,9 @@ func main() {
 			if noLimits {
 				lim = "off"
 			}
+			if r.CQOverflow {
+				how += " (CQ overflowed)"
+			}
 			if r.HostileDecision != "" {
 				stopped, how = r.HostileStopped.Round(100*time.Microsecond).String(), r.HostileDecision
 			}

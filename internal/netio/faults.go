@@ -116,7 +116,9 @@ type injector struct {
 	rng  *rand.Rand
 	held []held
 	out  *SendBatch // what goes out: pieces of the caller's datagrams, or copies
-	keep [][]byte   // copies out refers to
+	keep  [][]byte  // copies out refers to
+	spare [][]byte  // copy buffers free for reuse
+	due   []held    // scratch for releaseDue
 	done chan struct{}
 	once sync.Once
 
@@ -153,6 +155,12 @@ func (inj *injector) reset(n, iovs int) {
 		inj.out = NewSendBatch(n, iovs, 64)
 	}
 	inj.out.Reset()
+	// The kernel copied what was sent: the copies' buffers can be used again.
+	for _, k := range inj.keep {
+		if cap(k) > 0 {
+			inj.spare = append(inj.spare, k[:0])
+		}
+	}
 	clear(inj.keep)
 	inj.keep = inj.keep[:0]
 }
@@ -209,7 +217,7 @@ func (inj *injector) send(b *SendBatch) error {
 			inj.pass(b, i)
 		case Corrupt:
 			inj.corrupted.Add(1)
-			pkt := b.packet(i, nil)
+			pkt := b.packet(i, inj.buffer())
 			inj.flip(pkt)
 			inj.emitCopy(pkt, dst)
 		case Delay:
@@ -217,7 +225,7 @@ func (inj *injector) send(b *SendBatch) error {
 			if v.After < 1 {
 				v.After = 1
 			}
-			inj.held = append(inj.held, held{pkt: b.packet(i, nil), dst: dst, after: v.After, at: time.Now()})
+			inj.held = append(inj.held, held{pkt: b.packet(i, inj.buffer()), dst: dst, after: v.After, at: time.Now()})
 		default:
 			inj.pass(b, i)
 		}
@@ -269,6 +277,17 @@ func (inj *injector) pass(b *SendBatch, i int) {
 	inj.releaseDue()
 }
 
+// buffer returns a buffer for a copy of a datagram, reused once the copy was sent.
+func (inj *injector) buffer() []byte {
+	if n := len(inj.spare); n > 0 {
+		b := inj.spare[n-1]
+		inj.spare[n-1] = nil
+		inj.spare = inj.spare[:n-1]
+		return b
+	}
+	return nil
+}
+
 // emitCopy queues a copied datagram.
 func (inj *injector) emitCopy(pkt []byte, dst *Addr) {
 	if len(pkt) == 0 {
@@ -287,7 +306,7 @@ func (inj *injector) releaseDue() {
 		return
 	}
 	kept := inj.held[:0]
-	var due []held
+	due := inj.due[:0]
 	for _, h := range inj.held {
 		if h.after--; h.after <= 0 {
 			due = append(due, h)
@@ -295,7 +314,9 @@ func (inj *injector) releaseDue() {
 			kept = append(kept, h)
 		}
 	}
+	clear(inj.held[len(kept):])
 	inj.held = kept
+	inj.due = due
 	for _, h := range due {
 		inj.emitCopy(h.pkt, h.dst)
 	}

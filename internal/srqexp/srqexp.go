@@ -76,6 +76,9 @@ type Result struct {
 	// how many of its packets its limit queue refused.
 	HostilePeakHeld uint64
 	HostileRefused  uint64
+	// CQOverflow: the server's shared CQ overflowed (completions were lost; the CQ error
+	// event was raised), which a flood without limit queues can cause.
+	CQOverflow bool
 }
 
 func (c *Config) defaults() {
@@ -124,6 +127,7 @@ type exp struct {
 	hostileFirstAt atomic.Int64
 	stopped        atomic.Int64 // ns after the hostile's first message when it was stopped
 	hostilePeak    atomic.Uint64
+	cqOverflow     atomic.Bool
 	decision       atomic.Value
 }
 
@@ -183,6 +187,7 @@ func Run(cfg Config) (Result, error) {
 	for i := range e.delivered {
 		res.Messages += e.delivered[i].Load()
 	}
+	res.CQOverflow = e.cqOverflow.Load()
 	if res.Messages > 0 {
 		res.RNRRate = float64(res.RNRNAKs) / float64(res.Messages)
 	}
@@ -356,6 +361,9 @@ func (e *exp) serve(ctx context.Context) {
 					break
 				}
 				e.mgr.HandleEvent(ev)
+				if ev.Type == verbs.EventCQErr {
+					e.cqOverflow.Store(true)
+				}
 				if ev.Type == verbs.EventQPFatal && ev.QP != nil {
 					if i, ok := e.qpIndex[ev.QP.QPNum()]; ok && i == e.hostile {
 						e.markStopped("dropped")
