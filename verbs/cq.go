@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/softrnic/softrnic/internal/transport"
 )
@@ -108,7 +110,9 @@ type CQ struct {
 	ctx     *Context
 	cq      *transport.CQ
 	channel *CompChannel
-	vector  int
+
+	handler   atomic.Pointer[handler] // bound completion handler (nil: none)
+	destroyed atomic.Bool
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -118,15 +122,20 @@ type CQ struct {
 	acked int
 }
 
-// CreateCQ creates a completion queue with room for at least cqe completions. Events go
-// to channel (may be nil); compVector chooses the completion vector, in
-// [0, NumCompVectors).
+// CreateCQ creates a completion queue with room for at least cqe completions. compVector
+// binds it to a completion handler, in [0, NumCompVectors), or is NoHandler. Its events
+// go to that handler's function when one is registered (SetCompletionHandler), and
+// otherwise to channel (may be nil).
 func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, error) {
 	if cqe < 1 || cqe > maxCQE {
 		return nil, fmt.Errorf("verbs: CreateCQ: %w: cqe %d not in 1..%d", ErrInvalid, cqe, maxCQE)
 	}
-	if compVector < 0 || compVector >= c.attr.NumCompVectors {
-		return nil, fmt.Errorf("verbs: CreateCQ: %w: completion vector %d not in 0..%d", ErrInvalid, compVector, c.attr.NumCompVectors-1)
+	var h *handler
+	if compVector != NoHandler {
+		var err error
+		if h, err = c.handlerAt("CreateCQ", compVector); err != nil {
+			return nil, err
+		}
 	}
 	if channel != nil && channel.ctx != c {
 		return nil, fmt.Errorf("verbs: CreateCQ: %w: channel belongs to another device", ErrInvalid)
@@ -144,12 +153,11 @@ func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, 
 			return nil, fmt.Errorf("verbs: CreateCQ: %w", err)
 		}
 	}
-	cq := &CQ{ctx: c, cq: c.dev.NewCQ(cqe), channel: channel, vector: compVector}
+	cq := &CQ{ctx: c, cq: c.dev.NewCQ(cqe), channel: channel}
+	cq.handler.Store(h)
 	cq.cond = sync.NewCond(&cq.mu)
 	cq.cq.Owner = cq
-	if channel != nil {
-		cq.cq.SetNotify(func(*transport.CQ) { channel.deliver(cq) })
-	}
+	cq.cq.SetNotify(cq.onEvent)
 	c.cqs++
 	return cq, nil
 }
@@ -160,8 +168,119 @@ func (cq *CQ) CQE() int { return cq.cq.Cap() }
 // Channel returns the completion channel the CQ reports events to, or nil.
 func (cq *CQ) Channel() *CompChannel { return cq.channel }
 
-// CompVector returns the completion vector the CQ was created on.
-func (cq *CQ) CompVector() int { return cq.vector }
+// CompVector returns the completion handler the CQ is bound to, or NoHandler.
+func (cq *CQ) CompVector() int {
+	if h := cq.handler.Load(); h != nil {
+		return h.id
+	}
+	return NoHandler
+}
+
+// onEvent is called by the engine when the armed CQ raises its event.
+func (cq *CQ) onEvent(*transport.CQ) { cq.route(nanotime(), nil) }
+
+// route delivers an event raised at time at: to the CQ's handler if it has a function
+// (unless that handler is from, which is passing the event on), else to its channel.
+func (cq *CQ) route(at int64, from *handler) {
+	if h := cq.handler.Load(); h != nil && h != from && h.accepting() {
+		h.post(cq, at)
+		return
+	}
+	if cq.channel != nil {
+		cq.channel.deliver(cq)
+		return
+	}
+	if from != nil {
+		from.dropped.Add(1)
+	}
+}
+
+// CQAttr is what ModifyCQ changes (ibv_modify_cq_attr, and the completion handler).
+type CQAttr struct {
+	// Handler re-binds the CQ to a completion handler, or removes the binding
+	// (NoHandler). Events raised from then on go to the new handler; one already queued
+	// to the old handler is still handled there, once.
+	Handler int
+	// ModerationCount and ModerationPeriod coalesce events (ibv_modify_cq's cq_count and
+	// cq_period): an armed CQ raises its event once ModerationCount matching completions
+	// arrived or ModerationPeriod passed since the first of them, whichever comes first.
+	// 0 and 0 (the default): at the first.
+	ModerationCount  int
+	ModerationPeriod time.Duration
+}
+
+// CQAttrMask selects what ModifyCQ changes.
+type CQAttrMask int
+
+// ModifyCQ attributes.
+const (
+	CQAttrHandler    CQAttrMask = 1 << iota // Handler
+	CQAttrModeration                        // ModerationCount and ModerationPeriod
+)
+
+// Moderation limits.
+const (
+	MaxModerationCount  = 65535
+	MaxModerationPeriod = time.Second
+)
+
+// ModifyCQ re-binds the CQ to another completion handler (or none) and sets its event
+// moderation. Both are safe while completions flow: no event is lost or delivered twice.
+func (cq *CQ) ModifyCQ(attr *CQAttr, mask CQAttrMask) error {
+	if attr == nil {
+		return fmt.Errorf("verbs: ModifyCQ: %w: nil attributes", ErrInvalid)
+	}
+	if mask == 0 || mask&^(CQAttrHandler|CQAttrModeration) != 0 {
+		return fmt.Errorf("verbs: ModifyCQ: %w: mask %#x (want CQAttrHandler and/or CQAttrModeration)", ErrInvalid, int(mask))
+	}
+	if cq.destroyed.Load() {
+		return fmt.Errorf("verbs: ModifyCQ: %w", ErrClosed)
+	}
+	var h *handler
+	if mask&CQAttrHandler != 0 && attr.Handler != NoHandler {
+		var err error
+		if h, err = cq.ctx.handlerAt("ModifyCQ", attr.Handler); err != nil {
+			return err
+		}
+	}
+	if mask&CQAttrModeration != 0 {
+		if attr.ModerationCount < 0 || attr.ModerationCount > MaxModerationCount {
+			return fmt.Errorf("verbs: ModifyCQ: %w: moderation count %d not in 0..%d", ErrInvalid, attr.ModerationCount, MaxModerationCount)
+		}
+		if attr.ModerationPeriod < 0 || attr.ModerationPeriod > MaxModerationPeriod {
+			return fmt.Errorf("verbs: ModifyCQ: %w: moderation period %v not in 0..%v", ErrInvalid, attr.ModerationPeriod, MaxModerationPeriod)
+		}
+	}
+	if mask&CQAttrHandler != 0 {
+		cq.handler.Store(h)
+	}
+	if mask&CQAttrModeration != 0 {
+		cq.cq.SetModeration(attr.ModerationCount, attr.ModerationPeriod)
+	}
+	return nil
+}
+
+// ScheduleEvent raises the CQ's event now, without a new completion, as if it had been
+// armed (an arming still pending is used up: one event either way). A handler function
+// that stops after a budget of completions, with more waiting, calls it instead of
+// ReqNotifyCQ: the CQ's event goes to the back of its handler's queue, so the handler's
+// other CQs get their turn first (as a NAPI poll function reschedules itself).
+func (cq *CQ) ScheduleEvent() error {
+	if cq.destroyed.Load() {
+		return fmt.Errorf("verbs: ScheduleEvent: %w", ErrClosed)
+	}
+	if h := cq.handler.Load(); cq.channel == nil && (h == nil || h.fn.Load() == nil) {
+		return fmt.Errorf("verbs: ScheduleEvent: %w: the CQ has no completion channel and no completion handler function", ErrInvalid)
+	}
+	cq.cq.Fire()
+	return nil
+}
+
+// QueryCQ returns the CQ's handler binding and moderation.
+func (cq *CQ) QueryCQ() CQAttr {
+	n, p := cq.cq.Moderation()
+	return CQAttr{Handler: cq.CompVector(), ModerationCount: n, ModerationPeriod: p}
+}
 
 // Context returns the device the CQ belongs to.
 func (cq *CQ) Context() *Context { return cq.ctx }
@@ -206,12 +325,28 @@ func (cq *CQ) poll(wc []WorkCompletion) int {
 	return total
 }
 
-// ReqNotifyCQ arms the CQ for one event on its channel: on the next completion, or with
-// solicitedOnly on the next solicited or error completion. Completions already in the
-// queue do not trigger it, so a consumer arms, then polls until empty, then waits.
+// ReqNotifyCQ arms the CQ for one event: on the next completion, or with solicitedOnly
+// on the next solicited or error completion (a receive completion is solicited when the
+// message's last packet had the solicited-event bit: SendSolicited on a SEND or an RDMA
+// WRITE with immediate). The event goes to the CQ's completion handler function, or its
+// channel. Completions already in the queue do not raise it, so the loop that never
+// misses an event is: handle the event, then
+//
+//	for {
+//		for n := cq.PollCQ(wc); n > 0; n = cq.PollCQ(wc) { ... }  // drain
+//		cq.ReqNotifyCQ(false)                                     // arm
+//		if n := cq.PollCQ(wc); n == 0 { break }                   // drain again: a completion
+//		... handle those n ...                                    // that came before the arm
+//	}
+//
+// (a completion that arrives between the last empty poll and the arm raises no event; the
+// poll after the arm finds it. An event may then still come for it: harmless.)
 func (cq *CQ) ReqNotifyCQ(solicitedOnly bool) error {
-	if cq.channel == nil {
-		return fmt.Errorf("verbs: ReqNotifyCQ: %w: CQ has no completion channel", ErrInvalid)
+	if cq.destroyed.Load() {
+		return fmt.Errorf("verbs: ReqNotifyCQ: %w", ErrClosed)
+	}
+	if h := cq.handler.Load(); cq.channel == nil && (h == nil || h.fn.Load() == nil) {
+		return fmt.Errorf("verbs: ReqNotifyCQ: %w: the CQ has no completion channel and no completion handler function", ErrInvalid)
 	}
 	cq.cq.Arm(solicitedOnly)
 	return nil
@@ -255,7 +390,9 @@ func (cq *CQ) DestroyCQ() error {
 	cq.dead = true
 	c.cqs--
 	c.mu.Unlock()
-	cq.cq.SetNotify(nil)
+	cq.destroyed.Store(true)
+	cq.cq.Stop()
+	c.forgetCQ(cq)
 	if cq.channel != nil {
 		cq.channel.detach(cq)
 	}

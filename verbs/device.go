@@ -53,9 +53,12 @@ type DeviceConfig struct {
 	// Faults injects faults into every datagram the device sends. Nil means: read
 	// SOFTRNIC_FAULTS from the environment; a pointer to the zero value means none.
 	Faults *Faults
-	// NumCompVectors is the number of completion vectors QueryDevice reports (default:
-	// the number of CPUs).
+	// NumCompVectors is the number of completion handlers (completion vectors) when
+	// CompletionHandlers is nil (default: the number of CPUs).
 	NumCompVectors int
+	// CompletionHandlers configures the completion handlers one by one: each one's CPU set
+	// and priority. Nil means NumCompVectors unpinned handlers of priority 0.
+	CompletionHandlers []HandlerConfig
 	// Window is the most unacknowledged packets a QP keeps in flight (default 128).
 	Window int
 	// SocketBuffer is the UDP socket's send and receive buffer in bytes (default 32 MiB).
@@ -148,6 +151,9 @@ type Context struct {
 	srqs   int
 	closed bool
 	events eventQueue
+
+	handlers []*handler // completion handlers, by id
+	byPrio   []*handler // the same, highest priority first
 }
 
 // OpenDevice opens a software RDMA device: a UDP socket on cfg.Addr and cfg.Port with
@@ -177,8 +183,22 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		}
 		faults = f
 	}
-	if cfg.NumCompVectors <= 0 {
-		cfg.NumCompVectors = runtime.NumCPU()
+	hcfg := cfg.CompletionHandlers
+	switch {
+	case hcfg == nil:
+		n := cfg.NumCompVectors
+		if n <= 0 {
+			n = runtime.NumCPU()
+		}
+		hcfg = make([]HandlerConfig, n)
+	case len(hcfg) == 0:
+		return nil, fmt.Errorf("verbs: open device: %w: CompletionHandlers is empty (a device has at least one)", ErrInvalid)
+	case cfg.NumCompVectors > 0 && cfg.NumCompVectors != len(hcfg):
+		return nil, fmt.Errorf("verbs: open device: %w: NumCompVectors %d but %d CompletionHandlers", ErrInvalid, cfg.NumCompVectors, len(hcfg))
+	}
+	c := &Context{gid: GIDFromAddr(addr), nextPD: 1}
+	if err := c.setupHandlers(hcfg); err != nil {
+		return nil, err
 	}
 	d, err := transport.Open(transport.Config{
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
@@ -197,7 +217,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verbs: open device: %w", err)
 	}
-	c := &Context{dev: d, gid: GIDFromAddr(addr), nextPD: 1}
+	c.dev = d
 	c.events.init()
 	ip16 := addr.As16()
 	c.attr = DeviceAttr{
@@ -221,7 +241,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		AtomicCap:       AtomicHCA,
 		MaxInlineData:   maxInline,
 		MaxMsgSize:      maxMsgSize,
-		NumCompVectors:  cfg.NumCompVectors,
+		NumCompVectors:  len(hcfg),
 		PhysPortCnt:     1,
 	}
 	d.OnEvent = c.onEvent
@@ -238,7 +258,9 @@ func (c *Context) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.events.close()
-	return c.dev.Close()
+	err := c.dev.Close()
+	c.stopHandlers()
+	return err
 }
 
 // QueryDevice returns the device's attributes.

@@ -112,7 +112,7 @@ func TestDeviceLimits(t *testing.T) {
 		{"cqe 0", 0, nil, 0},
 		{"cqe -1", -1, nil, 0},
 		{"cqe > MaxCQE", attr.MaxCQE + 1, nil, 0},
-		{"vector -1", 1, nil, -1},
+		{"vector -2", 1, nil, -2},
 		{"vector = NumCompVectors", 1, nil, attr.NumCompVectors},
 		{"channel of another device", 1, otherCh, 0},
 	}

@@ -53,6 +53,20 @@
 // with ConnectX's out-of-order placement: do not poll the last byte of a buffer to learn
 // that an RDMA WRITE finished.
 //
+// # Completion handlers
+//
+// A device has DeviceConfig.CompletionHandlers completion handlers (libibverbs'
+// completion vectors; QueryDevice reports NumCompVectors), each with an optional CPU set
+// and a priority. SetCompletionHandler registers a function on one; CreateCQ's compVector
+// binds a CQ to one and ModifyCQ re-binds it (or removes the binding, NoHandler) while
+// completions flow. An armed CQ's event goes to its handler's function if one is
+// registered, otherwise to its completion channel. Each handler is a goroutine locked to
+// its own OS thread, pinned to its CPUs; a higher-priority handler's events are
+// dispatched first. ModifyCQ also sets event moderation (a count and a period), and a
+// handler function that stops after a budget calls ScheduleEvent to be called again after
+// the handler's other CQs. See SetCompletionHandler, CQ.ReqNotifyCQ (the arm-then-drain
+// loop) and HandlerStats (calls, notification latency).
+//
 // # Memory
 //
 // Registered memory is a Go []byte kept referenced by its MR. RDMA addresses are IOVAs:

@@ -112,15 +112,15 @@ type injector struct {
 	filter FilterFunc
 	c      *Conn
 
-	mu   sync.Mutex
-	rng  *rand.Rand
-	held []held
-	out  *SendBatch // what goes out: pieces of the caller's datagrams, or copies
-	keep  [][]byte  // copies out refers to
-	spare [][]byte  // copy buffers free for reuse
-	due   []held    // scratch for releaseDue
-	done chan struct{}
-	once sync.Once
+	mu    sync.Mutex
+	rng   *rand.Rand
+	held  []held
+	out   *SendBatch // what goes out: pieces of the caller's datagrams, or copies
+	keep  [][]byte   // copies out refers to
+	spare [][]byte   // copy buffers free for reuse
+	due   []held     // scratch for releaseDue
+	done  chan struct{}
+	once  sync.Once
 
 	lost, reordered, duplicated, corrupted atomic.Uint64
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Arm states of a CQ.
@@ -29,6 +30,14 @@ type CQ struct {
 	Owner any
 
 	lost atomic.Uint64
+
+	// Moderation: an armed CQ's event waits until modCount matching completions arrived
+	// or modPeriod passed since the first of them (0, 0: at once).
+	modCount  int
+	modPeriod time.Duration
+	modSeen   int   // matching completions since the CQ was armed
+	modFirst  int64 // device time of the first of them
+	modTimer  *time.Timer
 }
 
 // NewCQ creates a CQ with room for n entries.
@@ -85,9 +94,13 @@ func (c *CQ) push(e *CQE) bool {
 	c.head++
 	c.count.Add(1)
 	fire := c.arm == armNext || (c.arm == armSolicited && (e.solicited || e.Status != StatusSuccess))
+	if fire && (c.modCount > 1 || c.modPeriod > 0) {
+		fire = c.moderate()
+	}
 	var fn func(*CQ)
 	if fire {
 		c.arm = armNone
+		c.modSeen = 0
 		fn = c.notify
 	}
 	c.mu.Unlock()
@@ -96,6 +109,80 @@ func (c *CQ) push(e *CQE) bool {
 	}
 	return true
 }
+
+// moderate counts a completion that would raise the armed CQ's event and says whether the
+// event is due: after modCount of them, or (from the timer) modPeriod after the first
+// (c.mu held).
+func (c *CQ) moderate() bool {
+	c.modSeen++
+	if c.modCount > 1 && c.modSeen >= c.modCount || c.modPeriod <= 0 && c.modCount <= 1 {
+		if c.modTimer != nil {
+			c.modTimer.Stop()
+		}
+		return true
+	}
+	if c.modSeen == 1 && c.modPeriod > 0 {
+		c.modFirst = c.dev.now()
+		if c.modTimer == nil {
+			c.modTimer = time.AfterFunc(c.modPeriod, c.modExpired)
+		} else {
+			c.modTimer.Reset(c.modPeriod)
+		}
+	}
+	return false
+}
+
+// modExpired raises the event of an armed CQ whose moderation period ran out.
+func (c *CQ) modExpired() {
+	c.mu.Lock()
+	if c.arm == armNone || c.modSeen == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if left := c.modPeriod - time.Duration(c.dev.now()-c.modFirst); left > 0 {
+		c.modTimer.Reset(left) // a stale expiry of an earlier round
+		c.mu.Unlock()
+		return
+	}
+	c.arm, c.modSeen = armNone, 0
+	fn := c.notify
+	c.mu.Unlock()
+	if fn != nil {
+		fn(c)
+	}
+}
+
+// SetModeration sets event moderation: an armed CQ raises its event once count matching
+// completions arrived, or period after the first of them, whichever comes first (count
+// 0 or 1 and period 0: at the first one).
+func (c *CQ) SetModeration(count int, period time.Duration) {
+	c.mu.Lock()
+	c.modCount, c.modPeriod = count, period
+	if c.modTimer != nil && period <= 0 {
+		c.modTimer.Stop()
+	}
+	c.mu.Unlock()
+}
+
+// Moderation returns the CQ's event moderation.
+func (c *CQ) Moderation() (count int, period time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.modCount, c.modPeriod
+}
+
+// Stop stops the CQ's moderation timer (the CQ is being destroyed).
+func (c *CQ) Stop() {
+	c.mu.Lock()
+	if c.modTimer != nil {
+		c.modTimer.Stop()
+	}
+	c.notify = nil
+	c.mu.Unlock()
+}
+
+// Device returns the device the CQ belongs to.
+func (c *CQ) Device() *Device { return c.dev }
 
 // SetNotify sets the function called when an armed CQ receives a matching completion. It
 // runs with the QP's lock held (not the CQ's) and must only queue the event.
@@ -149,6 +236,27 @@ func (c *CQ) Arm(solicitedOnly bool) {
 		c.arm = armNext
 	}
 	c.mu.Unlock()
+}
+
+// Fire raises the CQ's event now, whatever its arming (which it clears), and reports
+// whether it did (a CQ without a notify function does nothing).
+func (c *CQ) Fire() bool {
+	c.mu.Lock()
+	c.arm, c.modSeen = armNone, 0
+	fn := c.notify
+	c.mu.Unlock()
+	if fn == nil {
+		return false
+	}
+	fn(c)
+	return true
+}
+
+// Armed reports whether the CQ is armed.
+func (c *CQ) Armed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.arm != armNone
 }
 
 // Progress gives the device's receive path a chance to run in the caller's goroutine; a

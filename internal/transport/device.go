@@ -90,7 +90,8 @@ type Device struct {
 	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
 	// wait to ride along with their sends.
-	polled atomic.Bool
+	polled   atomic.Bool
+	yieldReq atomic.Bool // a completion handler was woken: yield after this batch
 
 	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
 
@@ -306,6 +307,14 @@ func (d *Device) rxReady() bool {
 		if n > 0 {
 			d.processBatch(n)
 			last = d.now()
+			if d.yieldReq.Load() && d.yieldReq.Swap(false) {
+				// The batch woke a completion handler: hand it this P now rather than
+				// after the next batches (see RequestYield).
+				d.rxMu.Unlock()
+				runtime.Gosched()
+				d.rxMu.Lock()
+				continue
+			}
 		} else if spin <= 0 || d.now()-last >= spin || d.polled.Swap(false) {
 			d.rxMu.Unlock()
 			return false
@@ -318,6 +327,11 @@ func (d *Device) rxReady() bool {
 		}
 	}
 }
+
+// RequestYield asks the receive goroutine to yield its processor after the batch it is
+// processing: a completion handler was woken and should run without waiting for the
+// receive goroutine to go idle.
+func (d *Device) RequestYield() { d.yieldReq.Store(true) }
 
 // Progress receives and processes whatever is queued on the socket, in the caller's
 // goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
