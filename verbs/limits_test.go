@@ -215,8 +215,14 @@ func TestLimitWeakHoleSpan(t *testing.T) {
 	lim.Limits[verbs.LimitHoleSpan] = verbs.Limit{Soft: 2, Hard: 8}
 	r.rqps[0].SetLimits(lim)
 	src, _ := r.pd[0].RegMR(make([]byte, 64), verbs.AccessLocalWrite)
-	for k := 0; k < 20; k++ {
-		r.sqps[0].PostSend([]verbs.SendWR{{WRID: uint64(k), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(0, 64)}}})
+	// One post: the 20 SENDs leave in one burst, so the lost one cannot be resent (by a
+	// loss probe, on a loaded machine) before the packets after it arrive.
+	wrs := make([]verbs.SendWR, 20)
+	for k := range wrs {
+		wrs[k] = verbs.SendWR{WRID: uint64(k), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(0, 64)}}
+	}
+	if err := r.sqps[0].PostSend(wrs); err != nil {
+		t.Fatal(err)
 	}
 	sent := pollFor(t, r.cq[0], 20)
 	got := pollFor(t, r.cq[1], 20)
