@@ -269,10 +269,19 @@ func (cq *CQ) ScheduleEvent() error {
 	if cq.destroyed.Load() {
 		return fmt.Errorf("verbs: ScheduleEvent: %w", ErrClosed)
 	}
-	if h := cq.handler.Load(); cq.channel == nil && (h == nil || h.fn.Load() == nil) {
-		return fmt.Errorf("verbs: ScheduleEvent: %w: the CQ has no completion channel and no completion handler function", ErrInvalid)
+	if err := cq.canNotify("ScheduleEvent"); err != nil {
+		return err
 	}
 	cq.cq.Fire()
+	return nil
+}
+
+// canNotify checks that the CQ's events have somewhere to go: a completion channel, or a
+// handler with a function.
+func (cq *CQ) canNotify(op string) error {
+	if h := cq.handler.Load(); cq.channel == nil && (h == nil || h.fn.Load() == nil) {
+		return fmt.Errorf("verbs: %s: %w: the CQ has no completion channel and no completion handler function", op, ErrInvalid)
+	}
 	return nil
 }
 
@@ -345,8 +354,8 @@ func (cq *CQ) ReqNotifyCQ(solicitedOnly bool) error {
 	if cq.destroyed.Load() {
 		return fmt.Errorf("verbs: ReqNotifyCQ: %w", ErrClosed)
 	}
-	if h := cq.handler.Load(); cq.channel == nil && (h == nil || h.fn.Load() == nil) {
-		return fmt.Errorf("verbs: ReqNotifyCQ: %w: the CQ has no completion channel and no completion handler function", ErrInvalid)
+	if err := cq.canNotify("ReqNotifyCQ"); err != nil {
+		return err
 	}
 	cq.cq.Arm(solicitedOnly)
 	return nil
