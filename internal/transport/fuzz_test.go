@@ -445,15 +445,10 @@ func watchdog(data []byte) *time.Timer {
 	})
 }
 
-// liveWrite checks that the devices still work: a fresh QP pair from -> to, an RDMA WRITE
-// and its completion. The local ACK timeout is generous (67 ms, 7 retries) so that a
-// loaded machine (fuzz workers use every core) does not fail the check.
-func liveWrite(t testing.TB, from, to *Device, src, dst []byte, msrc, mdst *tpt.Region, seq int) {
-	t.Helper()
-	liveWriteMode(t, from, to, src, dst, msrc, mdst, seq, Ordered)
-}
-
-// liveWriteMode is liveWrite with the fresh QP pair in delivery mode mode.
+// liveWriteMode checks that the devices still work: a fresh QP pair from -> to in
+// delivery mode mode, an RDMA WRITE and its completion. The local ACK timeout is generous
+// (67 ms, 7 retries) so that a loaded machine (fuzz workers use every core) does not fail
+// the check.
 func liveWriteMode(t testing.TB, from, to *Device, src, dst []byte, msrc, mdst *tpt.Region, seq int, mode Ordering) {
 	t.Helper()
 	mk := func(d *Device) *side {
@@ -491,6 +486,42 @@ func liveWriteMode(t testing.TB, from, to *Device, src, dst []byte, msrc, mdst *
 	if c.Status != StatusSuccess || !equal {
 		t.Fatalf("device no longer works: RDMA WRITE on a fresh QP pair: %+v, data equal %v\nrequester QP %+v\nresponder QP %+v\nrequester device %+v\nresponder device %+v",
 			c, equal, sa.qp.Stats(), sb.qp.Stats(), from.Stats(), to.Stats())
+	}
+}
+
+// liveness checks that the devices of a fuzz target still work: a real RDMA WRITE from ->
+// to over their sockets (in delivery mode mode), every liveEvery executions and once when
+// the target ends. The txMonitor lets the check's packets through unchecked.
+type liveness struct {
+	mon        *txMonitor
+	from, to   *Device
+	src, dst   []byte
+	msrc, mdst *tpt.Region
+	mode       Ordering
+	execs      atomic.Int64
+}
+
+func newLiveness(f *testing.F, mon *txMonitor, from, to *Device, mode Ordering) *liveness {
+	l := &liveness{mon: mon, from: from, to: to, src: make([]byte, 3000), dst: make([]byte, 3000), mode: mode}
+	l.msrc, l.mdst = reg(f, from, l.src), reg(f, to, l.dst)
+	f.Cleanup(func() {
+		if !f.Failed() {
+			l.check(f, 0)
+		}
+	})
+	return l
+}
+
+func (l *liveness) check(t testing.TB, seq int) {
+	l.mon.pass.Store(true)
+	defer l.mon.pass.Store(false)
+	liveWriteMode(t, l.from, l.to, l.src, l.dst, l.msrc, l.mdst, seq, l.mode)
+}
+
+// tick counts an execution and checks every liveEvery of them.
+func (l *liveness) tick(t testing.TB) {
+	if n := l.execs.Add(1); n%liveEvery == 1 {
+		l.check(t, int(n))
 	}
 }
 
@@ -604,27 +635,13 @@ func FuzzReceivePath(f *testing.F) {
 	must(f, err)
 	mrq, err := b.d.MRs().Register(1, rq, iova(rq), tpt.LocalWrite)
 	must(f, err)
-	liveSrc, liveDst := make([]byte, 3000), make([]byte, 3000)
-	mls, mld := reg(f, a.d, liveSrc), reg(f, b.d, liveDst)
-	live := func(t testing.TB, seq int) {
-		mon.pass.Store(true)
-		defer mon.pass.Store(false)
-		liveWrite(t, a.d, b.d, liveSrc, liveDst, mls, mld, seq)
-	}
-	f.Cleanup(func() {
-		if !f.Failed() {
-			live(f, 0)
-		}
-	})
+	live := newLiveness(f, mon, a.d, b.d, Ordered)
 	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
 	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), aAddr.Port())
-	var execs atomic.Int64
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		defer watchdog(data).Stop()
-		if n := execs.Add(1); n%liveEvery == 1 {
-			live(t, int(n))
-		}
+		live.tick(t)
 		g.reset()
 		_ = mon.take()
 
@@ -834,27 +851,13 @@ func FuzzRequesterResponses(f *testing.F) {
 	must(f, err)
 	mdst, err := a.d.MRs().Register(1, dst, iova(dst), tpt.LocalWrite)
 	must(f, err)
-	liveSrc, liveDst := make([]byte, 3000), make([]byte, 3000)
-	mls, mld := reg(f, a.d, liveSrc), reg(f, b.d, liveDst)
-	live := func(t testing.TB, seq int) {
-		mon.pass.Store(true)
-		defer mon.pass.Store(false)
-		liveWrite(t, a.d, b.d, liveSrc, liveDst, mls, mld, seq)
-	}
-	f.Cleanup(func() {
-		if !f.Failed() {
-			live(f, 0)
-		}
-	})
+	live := newLiveness(f, mon, a.d, b.d, Ordered)
 	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
 	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), bAddr.Port())
-	var execs atomic.Int64
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		defer watchdog(data).Stop()
-		if n := execs.Add(1); n%liveEvery == 1 {
-			live(t, int(n))
-		}
+		live.tick(t)
 		g.reset()
 		_ = mon.take()
 
@@ -1290,27 +1293,13 @@ func FuzzWeakReceivePath(f *testing.F) {
 	must(f, err)
 	mrq, err := b.d.MRs().Register(1, rq, iova(rq), tpt.LocalWrite)
 	must(f, err)
-	liveSrc, liveDst := make([]byte, 3000), make([]byte, 3000)
-	mls, mld := reg(f, a.d, liveSrc), reg(f, b.d, liveDst)
-	live := func(t testing.TB, seq int) {
-		mon.pass.Store(true)
-		defer mon.pass.Store(false)
-		liveWriteMode(t, a.d, b.d, liveSrc, liveDst, mls, mld, seq, Weak)
-	}
-	f.Cleanup(func() {
-		if !f.Failed() {
-			live(f, 0)
-		}
-	})
+	live := newLiveness(f, mon, a.d, b.d, Weak)
 	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
 	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), aAddr.Port())
-	var execs atomic.Int64
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		defer watchdog(data).Stop()
-		if n := execs.Add(1); n%liveEvery == 1 {
-			live(t, int(n))
-		}
+		live.tick(t)
 		g.reset()
 		_ = mon.take()
 
@@ -1502,27 +1491,13 @@ func FuzzWeakRequesterResponses(f *testing.F) {
 	must(f, err)
 	mdst, err := a.d.MRs().Register(1, dst, iova(dst), tpt.LocalWrite)
 	must(f, err)
-	liveSrc, liveDst := make([]byte, 3000), make([]byte, 3000)
-	mls, mld := reg(f, a.d, liveSrc), reg(f, b.d, liveDst)
-	live := func(t testing.TB, seq int) {
-		mon.pass.Store(true)
-		defer mon.pass.Store(false)
-		liveWriteMode(t, a.d, b.d, liveSrc, liveDst, mls, mld, seq, Weak)
-	}
-	f.Cleanup(func() {
-		if !f.Failed() {
-			live(f, 0)
-		}
-	})
+	live := newLiveness(f, mon, a.d, b.d, Weak)
 	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
 	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), bAddr.Port())
-	var execs atomic.Int64
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		defer watchdog(data).Stop()
-		if n := execs.Add(1); n%liveEvery == 1 {
-			live(t, int(n))
-		}
+		live.tick(t)
 		g.reset()
 		_ = mon.take()
 
