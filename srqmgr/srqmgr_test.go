@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -74,7 +75,7 @@ func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
 		total += n
 	}
 	wc := make([]verbs.WorkCompletion, 64)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testutil.WaitLimit)
 	for got, sent := 0, 0; got < total || sent < total; {
 		if n := r.cq[1].PollCQ(wc); n > 0 {
 			for _, e := range wc[:n] {
@@ -165,7 +166,7 @@ func TestLimitEventRefills(t *testing.T) {
 	defer m.Close()
 	m.Attach(r.rqps[0])
 	r.send(t, m, []int{13}, true) // 16 - 13 = 3 < 16/4 (buffers kept): the event fires
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testutil.WaitLimit)
 	for {
 		ev, ok := r.ctx[1].TryGetAsyncEvent()
 		if ok {

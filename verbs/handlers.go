@@ -75,7 +75,7 @@ type HandlerStats struct {
 	Running  bool   // a function is registered and its goroutine runs
 	Events   uint64 // events queued to it
 	Calls    uint64 // calls of its function
-	Pending  int    // events queued and not yet taken
+	Pending  int    // events queued and not yet dispatched
 	Rerouted uint64 // events it passed on: its function was removed, or the CQ was re-bound
 	Dropped  uint64 // events for CQs destroyed before their turn
 	// Notification latency, from the completion that raised the event to the call of the
@@ -112,7 +112,7 @@ type handler struct {
 	// schedules it, as an interrupt thread would.
 	wake atomic.Uint32 // handlerRunning, handlerWakePending or handlerSleeping
 
-	pending atomic.Int32       // queued, not yet taken
+	pending atomic.Int32       // queued, not yet dispatched
 	inCall  atomic.Pointer[CQ] // the CQ whose event the function handles now
 	tid     atomic.Int32
 	stopped atomic.Bool
@@ -342,7 +342,9 @@ func (h *handler) run(ready chan<- error) {
 		}
 		batch, h.queue = h.queue, batch[:0]
 		h.mu.Unlock()
-		h.pending.Add(-int32(len(batch)))
+		// pending counts the batch's events until each is dispatched, so that a
+		// lower-priority handler never sees this one idle between taking its events and
+		// running its function (yieldToHigher).
 		for i := range batch {
 			h.ctx.yieldToHigher(h)
 			h.dispatch(&batch[i])
@@ -365,6 +367,7 @@ func addProcs(n int) {
 func (h *handler) dispatch(ev *handlerEvent) {
 	cq := ev.cq
 	if cq.destroyed.Load() {
+		h.pending.Add(-1)
 		h.dropped.Add(1)
 		return
 	}
@@ -372,13 +375,15 @@ func (h *handler) dispatch(ev *handlerEvent) {
 	if fn == nil {
 		// The function was removed after the event was queued: the CQ's channel, or its
 		// new handler, takes it.
+		h.pending.Add(-1)
 		h.rerouted.Add(1)
 		cq.route(ev.at, h)
 		return
 	}
 	h.lat.add(uint64(max(nanotime()-ev.at, 0)))
 	h.calls.Add(1)
-	h.inCall.Store(cq)
+	h.inCall.Store(cq) // before pending drops: never idle-looking in between
+	h.pending.Add(-1)
 	(*fn)(h.id, cq)
 	h.inCall.Store(nil)
 }

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/verbs"
 )
 
 // waitLimit bounds every wait of the suite. It is a failure guard only: tests wait for
-// conditions, never for time.
-const waitLimit = 20 * time.Second
+// conditions, never for time (see internal/testutil).
+const waitLimit = testutil.WaitLimit
 
 var (
 	ipA = netip.MustParseAddr("127.0.0.1")

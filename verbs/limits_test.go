@@ -47,7 +47,7 @@ func (r *limRig) sendOn(t *testing.T, i, n, size int) {
 func (r *limRig) waitUntilTrue(t *testing.T, what string, keep [2]*[]verbs.WorkCompletion, cond func() bool) {
 	t.Helper()
 	wc := make([]verbs.WorkCompletion, 32)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for !cond() {
 		for i := 0; i < 2; i++ {
 			if keep[i] != nil {
@@ -63,7 +63,7 @@ func (r *limRig) waitUntilTrue(t *testing.T, what string, keep [2]*[]verbs.WorkC
 
 func waitEvent(t *testing.T, ctx *verbs.Context, typ verbs.EventType) *verbs.AsyncEvent {
 	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	c, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	for {
 		ev, err := ctx.GetAsyncEvent(c)
@@ -224,8 +224,8 @@ func TestLimitWeakHoleSpan(t *testing.T) {
 	if err := r.sqps[0].PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	sent := pollFor(t, r.cq[0], 20)
-	got := pollFor(t, r.cq[1], 20)
+	sent := pollN(t, r.cq[0], 20)
+	got := pollN(t, r.cq[1], 20)
 	for i := range sent {
 		if sent[i].Status != verbs.WCSuccess || got[i].Status != verbs.WCSuccess {
 			t.Fatalf("completions %+v %+v", sent[i], got[i])

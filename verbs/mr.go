@@ -93,7 +93,8 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 }
 
 // RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova): peers address byte i of
-// buf as iova+i.
+// buf as iova+i. Like ibv_reg_mr, registration faults the buffer's pages in (on Linux,
+// without changing its contents), so that the data path does not take page faults.
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("verbs: RegMR: %w: empty buffer", ErrInvalid)
@@ -101,6 +102,7 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error
 	if uint64(len(buf)) > maxMRSize {
 		return nil, fmt.Errorf("verbs: RegMR: %w: %d bytes exceed max_mr_size", ErrInvalid, len(buf))
 	}
+	populate(buf)
 	c := pd.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()

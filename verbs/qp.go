@@ -515,6 +515,7 @@ type Counters struct {
 	OutOfSequence      uint64 // requests ahead of the expected PSN, responses out of order
 	Timeouts           uint64 // local ACK timeouts
 	WrongSource        uint64 // packets from an address other than the QP's peer
+	WrongMode          uint64 // packets of the other ordering mode (weak vs ordered), dropped
 	Dropped            uint64 // packets dropped for the QP's state or a protocol violation
 	// Weakly-ordered mode.
 	PlacedOutOfOrder     uint64 // packets placed while an earlier PSN was missing
@@ -540,7 +541,8 @@ func countersFrom(s transport.Stats) Counters {
 		Retransmits: s.Retransmits, NAKsSent: s.NAKsSent, NAKsReceived: s.NAKsRecv,
 		RNRNAKsSent: s.RNRNAKsSent, RNRNAKsReceived: s.RNRNAKsRecv, Duplicates: s.Duplicates,
 		OutOfSequence: s.OutOfSequence, Timeouts: s.Timeouts, WrongSource: s.WrongSource,
-		Dropped: s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
+		WrongMode: s.WrongMode,
+		Dropped:   s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
 		PlacedOutOfOrder: s.PlacedOutOfOrder, HolesOpened: s.HolesOpened, HolesClosed: s.HolesClosed,
 		SACKsSent: s.SACKsSent, SACKsReceived: s.SACKsRecv, SelectiveRetransmits: s.SelectiveRetransmits,
 		BeyondSpan: s.BeyondSpan,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -73,21 +72,6 @@ func openSRQRigWith(t *testing.T, n, srqWR int, ordering verbs.Ordering, sender 
 	return r
 }
 
-func pollFor(t *testing.T, cq *verbs.CQ, n int) []verbs.WorkCompletion {
-	t.Helper()
-	out := make([]verbs.WorkCompletion, 0, n)
-	wc := make([]verbs.WorkCompletion, 32)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(out) < n {
-		k := cq.PollCQ(wc[:min(32, n-len(out))])
-		out = append(out, wc[:k]...)
-		if k == 0 && time.Now().After(deadline) {
-			t.Fatalf("%d of %d completions", len(out), n)
-		}
-	}
-	return out
-}
-
 // TestSRQManyQPs checks that many QPs share one SRQ and one CQ: every message lands in a
 // receive WQE of the SRQ, every completion names the QP it came from, and the data of each
 // QP is its own.
@@ -115,13 +99,13 @@ func TestSRQManyQPs(t *testing.T) {
 					}
 				}
 			}
-			pollFor(t, r.cq[0], nqp*msgs)
+			pollN(t, r.cq[0], nqp*msgs)
 			next := make(map[uint32]int)
 			qpIndex := map[uint32]int{}
 			for i, qp := range r.rqps {
 				qpIndex[qp.QPNum()] = i
 			}
-			for _, wc := range pollFor(t, r.cq[1], nqp*msgs) {
+			for _, wc := range pollN(t, r.cq[1], nqp*msgs) {
 				q, ok := qpIndex[wc.QPNum]
 				if wc.Status != verbs.WCSuccess || !ok || wc.ByteLen != 8 || wc.WCFlags&verbs.WCWithImm == 0 {
 					t.Fatalf("completion %+v", wc)
@@ -179,15 +163,15 @@ func TestSRQLimit(t *testing.T) {
 		if err := r.sqps[0].PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{smr.SGE(0, 4)}}}); err != nil {
 			t.Fatal(err)
 		}
-		pollFor(t, r.cq[0], 1)
-		pollFor(t, r.cq[1], 1)
+		pollN(t, r.cq[0], 1)
+		pollN(t, r.cq[1], 1)
 	}
 	send() // 5 left: not below 5
 	if ev, ok := r.ctx[1].TryGetAsyncEvent(); ok && ev.Type == verbs.EventSRQLimitReached {
 		t.Fatal("limit event with 5 posted and limit 5")
 	}
 	send() // 4 left: below
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	var ev *verbs.AsyncEvent
 	for {
@@ -265,7 +249,7 @@ func TestSRQErrors(t *testing.T) {
 	if err := r.rqps[0].ModifyQP(&verbs.QPAttr{QPState: verbs.StateErr}, verbs.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	for {
 		e, err := r.ctx[1].GetAsyncEvent(ctx)

@@ -22,7 +22,7 @@ func (q *QP) handleResponse(p *wire.Packet) {
 		case wire.OpAtomicAcknowledge:
 			q.weakAtomicAck(p)
 		case wire.OpAcknowledge:
-			q.stats.Dropped++ // a weak peer acknowledges selectively
+			q.stats.WrongMode++ // a weak peer acknowledges selectively
 		default:
 			q.weakReadResponse(p)
 		}
@@ -34,7 +34,7 @@ func (q *QP) handleResponse(p *wire.Packet) {
 	case wire.OpAtomicAcknowledge:
 		q.handleAtomicAck(p)
 	case wire.OpWeakAck:
-		q.stats.Dropped++
+		q.stats.WrongMode++
 	default:
 		q.handleReadResponse(p)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
 )
@@ -67,7 +68,7 @@ func waitCQE(t testing.TB, cq *CQ, n int) []CQE {
 	t.Helper()
 	out := make([]CQE, 0, n)
 	buf := make([]CQE, 64)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testutil.WaitLimit)
 	for len(out) < n {
 		k := cq.Poll(buf[:min(64, n-len(out))])
 		if k == 0 {

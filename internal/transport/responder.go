@@ -119,6 +119,14 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 	q.stats.RxPackets++
 	q.stats.RxBytes += uint64(n)
 	if p.Info.Flags&wire.IsRequest != 0 {
+		// A request of the other ordering mode is dropped and counted, whatever its PSN,
+		// as rxe drops opcodes of another transport type: it is a late packet of the QP's
+		// previous connection, a misconfigured peer or a blind injection, and none of
+		// them may end the connection.
+		if (q.weak != nil) != (p.Info.Flags&wire.IsWeak != 0) {
+			q.stats.WrongMode++
+			return
+		}
 		if !q.commEst {
 			q.commEst = true
 			if q.state == StateRTR {
@@ -127,8 +135,6 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		}
 		if q.weak != nil {
 			q.weakRequest(p)
-		} else if p.Info.Flags&wire.IsWeak != 0 {
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "weakly-ordered request on an ordered QP")
 		} else {
 			q.handleRequest(p)
 		}

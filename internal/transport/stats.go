@@ -12,6 +12,7 @@ type Stats struct {
 	OutOfSequence      uint64 // requests ahead of the expected PSN, and responses out of order
 	Timeouts           uint64 // local ACK timeouts that fired
 	WrongSource        uint64 // packets from an address other than the QP's peer
+	WrongMode          uint64 // packets whose opcode the QP's ordering mode does not use
 	Dropped            uint64 // packets dropped for the QP's state or a protocol error
 
 	// Weakly-ordered mode.
@@ -43,6 +44,7 @@ func (s *Stats) add(o *Stats) {
 	s.OutOfSequence += o.OutOfSequence
 	s.Timeouts += o.Timeouts
 	s.WrongSource += o.WrongSource
+	s.WrongMode += o.WrongMode
 	s.Dropped += o.Dropped
 	s.PlacedOutOfOrder += o.PlacedOutOfOrder
 	s.HolesOpened += o.HolesOpened

@@ -504,10 +504,6 @@ func (q *QP) weakTimeout() {
 func (q *QP) weakRequest(p *wire.Packet) {
 	ws, rs := q.weak, &q.resp
 	f := p.Info.Flags
-	if f&wire.IsWeak == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "ordered-mode request on a weakly-ordered QP")
-		return
-	}
 	ooh, err := wire.DecodeOOH(p.Ext)
 	if err != nil {
 		q.stats.Dropped++
