@@ -135,10 +135,26 @@ func (t *Tracker) Has(p uint32) bool {
 	return t.bit(p)
 }
 
-// HasRange reports whether every PSN of [first, first+n) has arrived.
+// HasRange reports whether every PSN of [first, first+n) has arrived. Its work is
+// bounded by the span, whatever first and n are: PSNs before Base have arrived, and a
+// range reaching past the span has not.
 func (t *Tracker) HasRange(first, n uint32) bool {
+	if n == 0 {
+		return true
+	}
+	first &= psnMask
+	if d := after(first, t.base); d < 0 {
+		below := uint32(-d) // PSNs of the range before base: all arrived
+		if n <= below {
+			return true
+		}
+		first, n = t.base, n-below
+	}
+	if int64(after(first, t.base))+int64(n) > int64(t.span) {
+		return false
+	}
 	for i := uint32(0); i < n; i++ {
-		if !t.Has((first + i) & psnMask) {
+		if !t.bit((first + i) & psnMask) {
 			return false
 		}
 	}

@@ -257,3 +257,29 @@ func TestAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// HasRange answers for ranges of any length, from before Base to past the span, with work
+// bounded by the span: PSNs before Base have arrived, PSNs past the span have not.
+func TestHasRangeBounded(t *testing.T) {
+	const base = 0xFFFFF0 // the range below crosses the 24-bit wrap
+	tr := New(base, 64)
+	tr.Mark(base+2, 3) // base+2..base+4 arrived, base and base+1 missing
+	for _, c := range []struct {
+		first, n uint32
+		want     bool
+	}{
+		{base - 10, 5, true},                 // wholly before Base
+		{base - 10, 10, true},                // up to Base
+		{base - 10, 11, false},               // Base is missing
+		{base + 2, 3, true},                  // what arrived
+		{base + 2, 4, false},                 // one more
+		{base - 0x300000, 0xFFFFFF00, false}, // far behind, reaching past the span
+		{base + 63, 1, false},                // last PSN of the span, not arrived
+		{base + 64, 1, false},                // past the span
+		{base - 1, 0, true},                  // empty
+	} {
+		if got := tr.HasRange(c.first&psnMask, c.n); got != c.want {
+			t.Errorf("HasRange(%#x, %#x) = %v, want %v", c.first&psnMask, c.n, got, c.want)
+		}
+	}
+}

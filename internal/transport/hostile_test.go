@@ -42,19 +42,19 @@ func TestWrongModeOpcodeDropped(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			a := openSide(t, "127.0.0.1", Config{})
 			b := openSide(t, "127.0.0.2", Config{})
-			const psnB = 0x1000
-			connectMode(t, a, b, wire.MTU1024, 0x500, psnB, mode)
+			const psnA = 0x1000 // what b expects from a
+			connectMode(t, a, b, wire.MTU1024, psnA, 0x500, mode)
 			sent := uint64(0)
 			for op := 0; op < 256; op++ {
 				info := wire.Opcode(op).Info()
 				if !info.Valid || info.Flags&wire.IsRequest == 0 || (info.Flags&wire.IsWeak != 0) == (mode == Weak) {
 					continue
 				}
-				for _, psn := range []uint32{psnB, psnB + 1, psnB - 1, rng.Uint32() & wire.PSNMask} {
+				for _, psn := range []uint32{psnA, psnA + 1, psnA - 1, rng.Uint32() & wire.PSNMask} {
 					deliverTo(b, a, requestPacket(a, b, wire.Opcode(op), psn, 1024))
 					sent++
 					if st := b.qp.State(); st != StateRTS {
-						t.Fatalf("%v QP in %v after a %v request at PSN %#x (expected %#x)", mode, st, wire.Opcode(op), psn, psnB)
+						t.Fatalf("%v QP in %v after a %v request at PSN %#x (expected %#x)", mode, st, wire.Opcode(op), psn, psnA)
 					}
 				}
 			}
@@ -79,5 +79,68 @@ func TestWrongModeOpcodeDropped(t *testing.T) {
 				t.Error("WRITE not placed")
 			}
 		})
+	}
+}
+
+// TestWeakLengthWrap sends a weak WRITE with immediate whose out-of-order header declares
+// a message of 2^32-1 bytes, in one 1024-byte packet: the length is refused (more than
+// 2^31, the protocol's largest message), and no completion reports more bytes than were
+// placed. (Before, (Length+mtu-1)/mtu wrapped to one packet, and the receive completed
+// with byte_len 4294967295.)
+func TestWeakLengthWrap(t *testing.T) {
+	a := openSide(t, "127.0.0.1", Config{})
+	b := openSide(t, "127.0.0.2", Config{})
+	const psnA = 0x2000 // what b expects from a
+	connectMode(t, a, b, wire.MTU1024, psnA, 0x500, Weak)
+	dst, rbuf := make([]byte, 4096), make([]byte, 64)
+	md, mr := reg(t, b.d, dst), reg(t, b.d, rbuf)
+	_, err := b.qp.PostRecv([]RecvWR{{WRID: 9, SG: []SGE{{Addr: mr.IOVA(), Length: 64, LKey: mr.Key()}}}})
+	must(t, err)
+	op := wire.OpWeakWriteImm
+	pkt := make([]byte, op.Info().HdrLen, op.Info().HdrLen+1024)
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), PSN: psnA, AckReq: true}
+	bth.Put(pkt)
+	reth := wire.RETH{VA: md.IOVA(), RKey: md.Key(), DMALen: 1024}
+	reth.Put(pkt[wire.BTHLen:])
+	ooh := wire.OOH{Seq: 0, Offset: 0, Length: 0xFFFFFFFF, Flags: wire.OOHRecv, TxSeq: 1}
+	ooh.Put(pkt[len(pkt)-wire.OOHLen:])
+	pkt = append(pkt, make([]byte, 1024)...)
+	deliverTo(b, a, seal(a, b, pkt))
+	var wc [4]CQE
+	for _, c := range wc[:b.cq.Poll(wc[:])] {
+		if c.Status == StatusSuccess {
+			t.Errorf("completion %+v for a message of 2^32-1 bytes of which 1024 arrived", c)
+		}
+	}
+	if st := b.qp.State(); st != StateErr {
+		t.Errorf("responder in %v, want ERR (the request is invalid)", st)
+	}
+}
+
+// TestWeakReadFarBehindBounded sends a weakly-ordered QP READ requests whose PSN lies far
+// behind and whose DMA length is near 2^32: each is a duplicate, answered (or dropped)
+// after work bounded by the span. Before, the duplicate check walked the arrival bitmap
+// PSN by PSN over the whole length (millions of PSNs, milliseconds per packet).
+func TestWeakReadFarBehindBounded(t *testing.T) {
+	a := openSide(t, "127.0.0.1", Config{})
+	b := openSide(t, "127.0.0.2", Config{})
+	const psnA = 0x400000 // what b expects from a
+	connectMode(t, a, b, wire.MTU256, psnA, 0x500, Weak)
+	op := wire.OpWeakReadReq
+	for i := uint32(0); i < 200; i++ {
+		pkt := make([]byte, op.Info().HdrLen)
+		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), PSN: psnA - 0x300000 + i, AckReq: true}
+		bth.Put(pkt)
+		reth := wire.RETH{VA: 0x1000, RKey: 0x1234, DMALen: 0xFFFFFF00 - i}
+		reth.Put(pkt[wire.BTHLen:])
+		ooh := wire.OOH{Seq: i, TxSeq: i + 1}
+		ooh.Put(pkt[len(pkt)-wire.OOHLen:])
+		deliverTo(b, a, seal(a, b, pkt))
+	}
+	if st := b.qp.State(); st != StateRTS {
+		t.Fatalf("responder in %v after old READ requests, want RTS", st)
+	}
+	if s := b.qp.Stats(); s.Duplicates != 200 {
+		t.Errorf("%d duplicates counted, want 200 (%+v)", s.Duplicates, s)
 	}
 }

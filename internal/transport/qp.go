@@ -18,6 +18,13 @@ import (
 // bytes as in InfiniBand.
 const MaxMessage = 1 << 31
 
+// packetsFor returns how many packets of mtu bytes a message of n bytes takes (at least
+// one: a zero-length message is one packet), computed without the uint32 wrap that
+// (n+mtu-1)/mtu has for n near 2^32.
+func packetsFor(n, mtu uint32) uint32 {
+	return uint32(max((uint64(n)+uint64(mtu)-1)/uint64(mtu), 1))
+}
+
 // QPConfig holds what a QP is created with.
 type QPConfig struct {
 	PD             uint32

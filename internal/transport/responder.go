@@ -270,6 +270,10 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	f := p.Info.Flags
 	if f&wire.IsFirst != 0 {
 		reth := &p.RETH
+		if reth.DMALen > MaxMessage {
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE longer than 2^31 bytes")
+			return
+		}
 		mem, ok := q.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
 		if !ok {
 			return
@@ -351,6 +355,10 @@ func (q *QP) addResource(r respResource, npkts uint32) {
 
 func (q *QP) recvRead(p *wire.Packet) {
 	reth := &p.RETH
+	if reth.DMALen > MaxMessage {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
+		return
+	}
 	mem, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
 	if !ok {
 		return
@@ -359,7 +367,7 @@ func (q *QP) recvRead(p *wire.Packet) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
 		return
 	}
-	npkts := max((reth.DMALen+q.mtu-1)/q.mtu, 1)
+	npkts := packetsFor(reth.DMALen, q.mtu)
 	psn := p.BTH.PSN
 	last := wire.PSNAdd(psn, npkts-1)
 	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem}, npkts)

@@ -552,10 +552,16 @@ func (q *QP) weakMark(psn, n uint32) bool {
 		q.stats.BeyondSpan++
 		return false
 	}
+	return true
+}
+
+// weakArrived records that [psn, psn+n), checked by weakMark, was placed or accepted.
+func (q *QP) weakArrived(psn, n uint32) {
+	ws := q.weak
 	if psn != ws.arrived.Base() {
 		q.stats.PlacedOutOfOrder++
 	}
-	return true
+	ws.arrived.Mark(psn, n)
 }
 
 // weakData places a SEND or WRITE packet.
@@ -564,17 +570,19 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	f := p.Info.Flags
 	psn := p.BTH.PSN
 	l := uint64(len(p.Payload))
-	npk := max((o.Length+q.mtu-1)/q.mtu, 1)
+	// The PSN first: a packet outside the window (a duplicate, or beyond the span) is
+	// acknowledged or dropped before any check that could end the connection.
+	if !q.weakMark(psn, 1) {
+		return
+	}
+	npk := packetsFor(o.Length, q.mtu)
 	inside := o.Offset < o.Length || o.Length == 0 && o.Offset == 0
-	if !inside || o.Offset%q.mtu != 0 || l != min(uint64(q.mtu), uint64(o.Length-o.Offset)) {
+	if o.Length > MaxMessage || !inside || o.Offset%q.mtu != 0 || l != min(uint64(q.mtu), uint64(o.Length-o.Offset)) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload does not match its offset and message length")
 		return
 	}
 	recv := f&wire.IsSend != 0 || o.Flags&wire.OOHRecv != 0
 	first := wire.PSNAdd(psn, ^(o.Offset/q.mtu)+1) // the message's first PSN, as this packet says
-	if !q.weakMark(psn, 1) {
-		return
-	}
 	if q.lq != nil {
 		var add [NumLimits]uint32
 		if recv {
@@ -645,7 +653,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	} else {
 		scatter(msg.wqe.segs, uint64(o.Offset), p.Payload)
 	}
-	ws.arrived.Mark(psn, 1)
+	q.weakArrived(psn, 1)
 	if msg == nil {
 		return
 	}
@@ -687,7 +695,14 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	ws, rs := q.weak, &q.resp
 	psn := p.BTH.PSN
 	reth := &p.RETH
-	npk := max((reth.DMALen+q.mtu-1)/q.mtu, 1)
+	npk := packetsFor(reth.DMALen, q.mtu)
+	if reth.DMALen > MaxMessage {
+		// Checked after the PSN: a duplicate or a packet beyond the span is only that.
+		if q.weakMark(psn, 1) {
+			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
+		}
+		return
+	}
 	if len(rs.res) == 0 {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
 		return
@@ -716,7 +731,7 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	}
 	last := wire.PSNAdd(psn, npk-1)
 	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem}
-	ws.arrived.Mark(psn, npk)
+	q.weakArrived(psn, npk)
 	ws.arrived.Hold(holes.Item{PSN: last, Kind: kindReadReq, Ref: uint32(slot)})
 }
 
@@ -757,7 +772,7 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 	}
 	rs.res[slot] = respResource{kind: resAtomic, held: true, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn,
 		mem: mem, swapAdd: at.SwapAdd, compare: at.Compare, fetchAdd: p.BTH.Opcode == wire.OpWeakFetchAdd}
-	ws.arrived.Mark(psn, 1)
+	q.weakArrived(psn, 1)
 	ws.arrived.Hold(holes.Item{PSN: psn, Kind: kindAtomic, Ref: uint32(slot)})
 }
 
