@@ -122,20 +122,27 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error
 }
 
 // DeregMR deregisters the region: from now on its keys are invalid for local and remote
-// access.
+// access. When it returns, no remote operation reads or writes the memory any more: a
+// message that was using it (a multi-packet RDMA WRITE, a READ whose responses are still
+// being sent or could be replayed, a SEND into a receive buffer in it) ends with a NAK and
+// its QP in the error state, and the buffer is the application's again.
 func (mr *MR) DeregMR() error {
 	c := mr.pd.ctx
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if mr.dead {
+		c.mu.Unlock()
 		return fmt.Errorf("verbs: DeregMR: %w", ErrClosed)
 	}
 	if err := c.dev.MRs().Deregister(mr.r); err != nil {
+		c.mu.Unlock()
 		return fmt.Errorf("verbs: DeregMR: %w", err)
 	}
 	mr.dead = true
 	mr.pd.users--
 	c.mrs--
+	c.mu.Unlock()
+	// Revoked: wait for an access that checked the region before that to finish.
+	c.dev.Quiesce()
 	return nil
 }
 

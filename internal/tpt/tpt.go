@@ -64,6 +64,11 @@ type Region struct {
 	valid  atomic.Bool
 }
 
+// Revoked reports whether r was deregistered. Users that keep a region across packets
+// (a multi-packet RDMA WRITE, READ responses, a receive WQE) ask before every access; a
+// nil region (a zero-length access, which holds none) is never revoked.
+func (r *Region) Revoked() bool { return r != nil && !r.valid.Load() }
+
 // Key returns the region's key (used as both lkey and rkey).
 func (r *Region) Key() uint32 { return r.key }
 

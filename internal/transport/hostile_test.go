@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
@@ -20,15 +21,6 @@ func requestPacket(from, to *side, op wire.Opcode, psn uint32, mtu int) []byte {
 		pkt = append(pkt, make([]byte, mtu)...)
 	}
 	return seal(from, to, pkt)
-}
-
-// deliverTo hands pkt, as sent by from's device, to to's receive path.
-func deliverTo(to, from *side, pkt []byte) {
-	d := to.d
-	d.rxMu.Lock()
-	d.input(pkt, from.d.LocalAddr())
-	d.finishBatch()
-	d.rxMu.Unlock()
 }
 
 // TestWrongModeOpcodeDropped sends a QP every request opcode of the other ordering mode
@@ -142,5 +134,160 @@ func TestWeakReadFarBehindBounded(t *testing.T) {
 	}
 	if s := b.qp.Stats(); s.Duplicates != 200 {
 		t.Errorf("%d duplicates counted, want 200 (%+v)", s.Duplicates, s)
+	}
+}
+
+// naks returns the AETH syndromes of the acknowledgements (standard or weak) in pkts, and
+// whether any READ response is among them.
+func naks(t *testing.T, pkts [][]byte) (syns []uint8, readResponses int) {
+	t.Helper()
+	for _, b := range pkts {
+		var p wire.Packet
+		if err := p.Decode(b); err != nil {
+			t.Fatalf("undecodable packet sent: %v", err)
+		}
+		switch op := p.BTH.Opcode; {
+		case op == wire.OpAcknowledge || op == wire.OpWeakAck:
+			if wire.AETHKind(p.AETH.Syndrome) == wire.AETHNak {
+				syns = append(syns, p.AETH.Syndrome)
+			}
+		case op >= wire.OpReadResponseFirst && op <= wire.OpReadResponseOnly:
+			readResponses++
+		}
+	}
+	return syns, readResponses
+}
+
+// wantRemoteAccessNAK checks that the responder answered with a remote access error NAK
+// and moved its QP to ERR.
+func wantRemoteAccessNAK(t *testing.T, rg *pktRig, syns []uint8) {
+	t.Helper()
+	if len(syns) != 1 || wire.AETHValue(syns[0]) != wire.NakRemoteAccessError {
+		t.Errorf("responder NAKs %#x, want one remote access error", syns)
+	}
+	if st := rg.b.qp.State(); st != StateErr {
+		t.Errorf("responder QP in %v, want ERR", st)
+	}
+}
+
+// TestDeregDuringWrite deregisters the target of a multi-packet RDMA WRITE after its
+// FIRST packet was placed: the packets after it place nothing (the application already
+// reuses the buffer) and the message ends in a remote access NAK.
+func TestDeregDuringWrite(t *testing.T) {
+	for _, mode := range []Ordering{Ordered, Weak} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rg := newRig(t, mode)
+			src, dst := make([]byte, 3000), make([]byte, 3000)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			ms, md := reg(t, rg.a.d, src), reg(t, rg.b.d, dst)
+			_, err := rg.a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRWrite, Flags: FlagSignaled, RemoteAddr: md.IOVA(), RKey: md.Key(),
+				SG: []SGE{{Addr: ms.IOVA(), Length: 3000, LKey: ms.Key()}}}})
+			must(t, err)
+			pkts := rg.sent(rg.a.d)
+			if len(pkts) < 3 {
+				t.Fatalf("%d packets sent, want 3", len(pkts))
+			}
+			rg.deliver(rg.b, rg.a, pkts[0])
+			rg.sent(rg.b.d)
+			must(t, rg.b.d.MRs().Deregister(md))
+			rg.b.d.Quiesce()
+			for i := range dst { // the application's buffer again
+				dst[i] = 0xEE
+			}
+			rg.deliver(rg.b, rg.a, pkts[1])
+			rg.deliver(rg.b, rg.a, pkts[2])
+			placed(rg.b.d, func() bool {
+				if !bytes.Equal(dst, bytes.Repeat([]byte{0xEE}, len(dst))) {
+					t.Errorf("the deregistered buffer changed after DeregMR")
+				}
+				return true
+			})
+			syns, _ := naks(t, rg.sent(rg.b.d))
+			wantRemoteAccessNAK(t, rg, syns)
+		})
+	}
+}
+
+// TestDeregBeforeDuplicateRead deregisters the source of an RDMA READ after it was
+// answered, then the requester's READ request arrives again (its responses were lost): the
+// responder must not answer it from the memory the application has reused, but NAK it.
+func TestDeregBeforeDuplicateRead(t *testing.T) {
+	for _, mode := range []Ordering{Ordered, Weak} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rg := newRig(t, mode)
+			src, back := make([]byte, 2000), make([]byte, 2000)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			ms, mb := reg(t, rg.b.d, src), reg(t, rg.a.d, back)
+			_, err := rg.a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRead, Flags: FlagSignaled, RemoteAddr: ms.IOVA(), RKey: ms.Key(),
+				SG: []SGE{{Addr: mb.IOVA(), Length: 2000, LKey: mb.Key()}}}})
+			must(t, err)
+			req := rg.sent(rg.a.d)[0]
+			rg.deliver(rg.b, rg.a, req)
+			if _, n := naks(t, rg.sent(rg.b.d)); n != 2 {
+				t.Fatalf("%d READ responses, want 2", n)
+			}
+			must(t, rg.b.d.MRs().Deregister(ms))
+			rg.b.d.Quiesce()
+			for i := range src { // the application's buffer again
+				src[i] = 0x77
+			}
+			rg.deliver(rg.b, rg.a, req) // the same request again: its responses were lost
+			syns, n := naks(t, rg.sent(rg.b.d))
+			if n != 0 {
+				t.Errorf("%d READ responses sent from a deregistered region", n)
+			}
+			wantRemoteAccessNAK(t, rg, syns)
+		})
+	}
+}
+
+// TestDeregDuringSend deregisters the buffer of the receive WQE a multi-packet SEND is
+// filling: the rest of the message places nothing, the receive completes with a local
+// protection error and the requester gets a remote operational error NAK.
+func TestDeregDuringSend(t *testing.T) {
+	for _, mode := range []Ordering{Ordered, Weak} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rg := newRig(t, mode)
+			src, rbuf := make([]byte, 3000), make([]byte, 4096)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			ms, mr := reg(t, rg.a.d, src), reg(t, rg.b.d, rbuf)
+			_, err := rg.b.qp.PostRecv([]RecvWR{{WRID: 5, SG: []SGE{{Addr: mr.IOVA(), Length: 4096, LKey: mr.Key()}}}})
+			must(t, err)
+			_, err = rg.a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, Flags: FlagSignaled, SG: []SGE{{Addr: ms.IOVA(), Length: 3000, LKey: ms.Key()}}}})
+			must(t, err)
+			pkts := rg.sent(rg.a.d)
+			if len(pkts) < 3 {
+				t.Fatalf("%d packets sent, want 3", len(pkts))
+			}
+			rg.deliver(rg.b, rg.a, pkts[0])
+			rg.sent(rg.b.d)
+			must(t, rg.b.d.MRs().Deregister(mr))
+			rg.b.d.Quiesce()
+			for i := range rbuf {
+				rbuf[i] = 0xEE
+			}
+			rg.deliver(rg.b, rg.a, pkts[1])
+			rg.deliver(rg.b, rg.a, pkts[2])
+			placed(rg.b.d, func() bool {
+				if !bytes.Equal(rbuf, bytes.Repeat([]byte{0xEE}, len(rbuf))) {
+					t.Errorf("the deregistered receive buffer changed after DeregMR")
+				}
+				return true
+			})
+			syns, _ := naks(t, rg.sent(rg.b.d))
+			if len(syns) != 1 || wire.AETHValue(syns[0]) != wire.NakRemoteOpError {
+				t.Errorf("responder NAKs %#x, want one remote operational error", syns)
+			}
+			var wc [4]CQE
+			if n := rg.b.cq.Poll(wc[:]); n == 0 || wc[0].WRID != 5 || wc[0].Status != StatusLocProtErr {
+				t.Errorf("receive completions %+v, want WRID 5 with a local protection error", wc[:n])
+			}
+		})
 	}
 }

@@ -25,12 +25,13 @@ type respResource struct {
 	fetchAdd bool   // weak mode, held atomic: FetchAdd (else CmpSwap)
 	firstPSN uint32 // PSN range the request uses
 	lastPSN  uint32
-	start    uint32 // first PSN of the current (re)play: its response is FIRST/ONLY
-	next     uint32 // next response PSN to send
-	stop     uint32 // last PSN of the current (re)play
-	mem      []byte // READ: the checked source memory; held atomic: the target
-	orig     uint64 // atomic: the value the target held before
-	swapAdd  uint64 // weak mode, held atomic: operands
+	start    uint32      // first PSN of the current (re)play: its response is FIRST/ONLY
+	next     uint32      // next response PSN to send
+	stop     uint32      // last PSN of the current (re)play
+	mem      []byte      // READ: the checked source memory; held atomic: the target
+	reg      *tpt.Region // the region mem lies in: checked for revocation before each use
+	orig     uint64      // atomic: the value the target held before
+	swapAdd  uint64      // weak mode, held atomic: operands
 	compare  uint64
 }
 
@@ -44,7 +45,8 @@ type responder struct {
 	haveRWQE bool   // rwqe holds the receive WQE of the message in progress
 	rwqe     recvWQE
 	sendOff  uint64
-	writeMem []byte // what is left of the WRITE's target
+	writeMem []byte      // what is left of the WRITE's target
+	writeReg *tpt.Region // the region writeMem lies in
 	writeLen uint32
 	nakSent  bool // a NAK for epsn went out; stay quiet until epsn arrives
 	// A sequence or RNR NAK generated while READ/atomic responses are still queued waits
@@ -67,14 +69,15 @@ type responder struct {
 
 func (rs *responder) init() {
 	rs.rwqe.segs = make([][]byte, 0, 4)
+	rs.rwqe.regs = make([]*tpt.Region, 0, 4)
 }
 
 func (rs *responder) reset() {
-	segs := rs.rwqe.segs[:0]
+	segs, regs := rs.rwqe.segs[:0], rs.rwqe.regs[:0]
 	res := rs.res
 	clear(res)
 	*rs = responder{res: res}
-	rs.rwqe.segs = segs
+	rs.rwqe.segs, rs.rwqe.regs = segs, regs
 }
 
 func (rs *responder) setResources(n int) {
@@ -246,6 +249,10 @@ func (q *QP) recvSend(p *wire.Packet) {
 		q.respFatal(wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
 		return
 	}
+	if rs.rwqe.revoked() {
+		q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, VendorRevoked, "receive buffer deregistered during the message")
+		return
+	}
 	scatter(rs.rwqe.segs, rs.sendOff, p.Payload)
 	rs.sendOff += uint64(len(p.Payload))
 	rs.epsn = wire.PSNAdd(rs.epsn, 1)
@@ -257,6 +264,7 @@ func (q *QP) recvSend(p *wire.Packet) {
 		}
 		rs.haveRWQE, rs.sending = false, false
 		clear(rs.rwqe.segs)
+		clear(rs.rwqe.regs)
 		rs.msn = wire.PSNAdd(rs.msn, 1)
 		q.recvCQ.push(&e)
 	} else {
@@ -274,7 +282,7 @@ func (q *QP) recvWrite(p *wire.Packet) {
 			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE longer than 2^31 bytes")
 			return
 		}
-		mem, ok := q.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
+		mem, reg, ok := q.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
 		if !ok {
 			return
 		}
@@ -284,7 +292,10 @@ func (q *QP) recvWrite(p *wire.Packet) {
 			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE length does not match its DMA length")
 			return
 		}
-		rs.writeMem, rs.writeLen = mem, reth.DMALen
+		rs.writeMem, rs.writeReg, rs.writeLen = mem, reg, reth.DMALen
+	} else if rs.writeReg.Revoked() {
+		q.revoked(rs.epsn, "RDMA WRITE target deregistered during the message")
+		return
 	}
 	if len(p.Payload) > len(rs.writeMem) || f&wire.IsLast != 0 && len(p.Payload) != len(rs.writeMem) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE payload does not match its DMA length")
@@ -306,13 +317,14 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	rs.epsn = wire.PSNAdd(rs.epsn, 1)
 	if f&wire.IsLast != 0 {
 		rs.writing = false
-		rs.writeMem = nil
+		rs.writeMem, rs.writeReg = nil, nil
 		rs.msn = wire.PSNAdd(rs.msn, 1)
 		if f&wire.HasImmDt != 0 {
 			e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: rs.writeLen,
 				Opcode: WCRecvRDMAImm, Imm: p.Imm, Flags: WCFlagWithImm, solicited: p.BTH.SE, srq: q.srq}
 			rs.haveRWQE = false
 			clear(rs.rwqe.segs)
+			clear(rs.rwqe.regs)
 			q.recvCQ.push(&e)
 		}
 	} else {
@@ -324,20 +336,30 @@ func (q *QP) recvWrite(p *wire.Packet) {
 // remoteMem checks a remote access of n bytes at va with rkey: the QP must allow the
 // kind of access and the key must grant it over the whole range (a zero-length access
 // checks no key, as IBTA says). On failure the request is NAKed and the QP errors.
-func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) ([]byte, bool) {
+func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) ([]byte, *tpt.Region, bool) {
 	if q.attr.Access&need == 0 {
 		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow "+what)
-		return nil, false
+		return nil, nil, false
 	}
 	if n == 0 {
-		return nil, true
+		return nil, nil, true
 	}
-	mem, st := q.dev.mrs.Check(rkey, q.pd, va, n, need)
+	reg := q.dev.mrs.Lookup(rkey)
+	mem, st := reg.Check(q.pd, va, n, need)
 	if st != tpt.OK {
 		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), what+": "+st.String())
-		return nil, false
+		return nil, nil, false
 	}
-	return mem, true
+	return mem, reg, true
+}
+
+// revoked ends the connection because the region a message in progress uses was
+// deregistered (see Device.Quiesce): a remote access NAK for psn, the access error event,
+// the QP to ERR.
+func (q *QP) revoked(psn uint32, why string) {
+	q.sendNak(wire.AETHNak|wire.NakRemoteAccessError, psn)
+	q.dev.raise(Event{Type: EventQPAccessErr, QP: q, Detail: why})
+	q.errorState(StatusWRFlushErr, 0)
 }
 
 // addResource records an executed READ or atomic in the resource ring, moves the expected
@@ -359,7 +381,7 @@ func (q *QP) recvRead(p *wire.Packet) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
 		return
 	}
-	mem, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
+	mem, reg, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
 	if !ok {
 		return
 	}
@@ -370,12 +392,12 @@ func (q *QP) recvRead(p *wire.Packet) {
 	npkts := packetsFor(reth.DMALen, q.mtu)
 	psn := p.BTH.PSN
 	last := wire.PSNAdd(psn, npkts-1)
-	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem}, npkts)
+	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}, npkts)
 }
 
 func (q *QP) recvAtomic(p *wire.Packet) {
 	at := &p.Atomic
-	mem, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
+	mem, _, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
 	if !ok {
 		return
 	}
@@ -489,6 +511,12 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 		for r.kind != resFree && !wire.PSNBefore(r.stop, r.next) {
 			if !b.Room(3, wire.MaxHeaderLen+16) {
 				return false
+			}
+			if r.kind == resRead && r.reg.Revoked() {
+				// Deregistered since the request was checked (a replay of an old READ, or a
+				// long one): not a byte more of it leaves.
+				q.revoked(r.next, "RDMA READ source deregistered")
+				return true
 			}
 			q.emitResponse(b, r)
 		}

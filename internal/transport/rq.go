@@ -12,8 +12,20 @@ import (
 type recvWQE struct {
 	wrID   uint64
 	segs   [][]byte
+	regs   []*tpt.Region // the regions segs lie in, checked for revocation before each use
 	length uint64
 	verr   uint32 // non-zero: an lkey failed its check at post time (reported on use)
+}
+
+// revoked reports whether a region of the WQE's scatter list was deregistered since it
+// was posted.
+func (w *recvWQE) revoked() bool {
+	for _, r := range w.regs {
+		if r.Revoked() {
+			return true
+		}
+	}
+	return false
 }
 
 // RecvQueue is a receive queue: a QP's own, or a shared receive queue (SRQ) used by many.
@@ -37,6 +49,7 @@ func (d *Device) NewRecvQueue(pd uint32, n, maxSGE int, shared bool) *RecvQueue 
 	q := &RecvQueue{dev: d, ring: make([]recvWQE, n), maxSGE: maxSGE, pd: pd, shared: shared}
 	for i := range q.ring {
 		q.ring[i].segs = make([][]byte, 0, maxSGE)
+		q.ring[i].regs = make([]*tpt.Region, 0, maxSGE)
 	}
 	return q
 }
@@ -72,16 +85,19 @@ func (q *RecvQueue) post(wr *RecvWR) error {
 	w := &q.ring[q.head%uint64(len(q.ring))]
 	w.wrID = wr.WRID
 	w.segs = w.segs[:0]
+	w.regs = w.regs[:0]
 	w.length = 0
 	w.verr = 0
 	for _, s := range wr.SG {
-		b, st := q.dev.mrs.Check(s.LKey, q.pd, s.Addr, uint64(s.Length), tpt.LocalWrite)
+		r := q.dev.mrs.Lookup(s.LKey)
+		b, st := r.Check(q.pd, s.Addr, uint64(s.Length), tpt.LocalWrite)
 		if st != tpt.OK {
 			w.verr = localVendorErr(st)
 			continue
 		}
 		if len(b) > 0 {
 			w.segs = append(w.segs, b)
+			w.regs = append(w.regs, r)
 			w.length += uint64(len(b))
 		}
 	}
@@ -99,7 +115,9 @@ func (q *RecvQueue) pop(dst *recvWQE) bool {
 	w := &q.ring[q.tail%uint64(len(q.ring))]
 	dst.wrID, dst.length, dst.verr = w.wrID, w.length, w.verr
 	dst.segs = append(dst.segs[:0], w.segs...)
+	dst.regs = append(dst.regs[:0], w.regs...)
 	clear(w.segs)
+	clear(w.regs)
 	q.tail++
 	fire := q.limit > 0 && int(q.head-q.tail) < q.limit
 	if fire {
@@ -179,6 +197,7 @@ func (q *RecvQueue) peek(i int, dst *recvWQE) bool {
 	w := &q.ring[(q.tail+uint64(i))%uint64(len(q.ring))]
 	dst.wrID, dst.length, dst.verr = w.wrID, w.length, w.verr
 	dst.segs = append(dst.segs[:0], w.segs...)
+	dst.regs = append(dst.regs[:0], w.regs...)
 	return true
 }
 

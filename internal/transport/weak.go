@@ -645,12 +645,16 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 		}
 	}
 	if f&wire.IsWrite != 0 {
-		mem, ok := q.remoteMem(tpt.RemoteWrite, p.RETH.RKey, p.RETH.VA, l, "RDMA WRITE")
+		mem, _, ok := q.remoteMem(tpt.RemoteWrite, p.RETH.RKey, p.RETH.VA, l, "RDMA WRITE")
 		if !ok {
 			return
 		}
 		copy(mem, p.Payload)
 	} else {
+		if msg.wqe.revoked() {
+			q.weakRecvFatal(msg, wire.NakRemoteOpError, StatusLocProtErr, VendorRevoked, "receive buffer deregistered during the message")
+			return
+		}
 		scatter(msg.wqe.segs, uint64(o.Offset), p.Payload)
 	}
 	q.weakArrived(psn, 1)
@@ -725,12 +729,12 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	if !q.weakMark(psn, npk) {
 		return
 	}
-	mem, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
+	mem, reg, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
 	if !ok {
 		return
 	}
 	last := wire.PSNAdd(psn, npk-1)
-	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem}
+	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}
 	q.weakArrived(psn, npk)
 	ws.arrived.Hold(holes.Item{PSN: last, Kind: kindReadReq, Ref: uint32(slot)})
 }
@@ -762,7 +766,7 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		return
 	}
 	at := &p.Atomic
-	mem, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
+	mem, reg, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
 	if !ok {
 		return
 	}
@@ -771,7 +775,7 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		return
 	}
 	rs.res[slot] = respResource{kind: resAtomic, held: true, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn,
-		mem: mem, swapAdd: at.SwapAdd, compare: at.Compare, fetchAdd: p.BTH.Opcode == wire.OpWeakFetchAdd}
+		mem: mem, reg: reg, swapAdd: at.SwapAdd, compare: at.Compare, fetchAdd: p.BTH.Opcode == wire.OpWeakFetchAdd}
 	q.weakArrived(psn, 1)
 	ws.arrived.Hold(holes.Item{PSN: psn, Kind: kindAtomic, Ref: uint32(slot)})
 }
@@ -790,7 +794,7 @@ func (q *QP) weakDeliver(it holes.Item) {
 		}
 		if !q.srq {
 			var w recvWQE
-			w.segs = msg.wqe.segs[:0]
+			w.segs, w.regs = msg.wqe.segs[:0], msg.wqe.regs[:0]
 			q.rq.pop(&w) // the WQE msg bound: receive WQEs complete in sequence order
 		}
 		e := CQE{WRID: msg.wqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: msg.length, Opcode: WCRecv, solicited: msg.se, srq: q.srq}
@@ -816,6 +820,10 @@ func (q *QP) weakDeliver(it holes.Item) {
 			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic resource lost")
 			return
 		}
+		if r.reg.Revoked() {
+			q.revoked(r.firstPSN, "atomic target deregistered before the atomic executed")
+			return
+		}
 		q.dev.atomicMu.Lock()
 		orig := binary.NativeEndian.Uint64(r.mem)
 		v := orig
@@ -826,7 +834,7 @@ func (q *QP) weakDeliver(it holes.Item) {
 		}
 		binary.NativeEndian.PutUint64(r.mem, v)
 		q.dev.atomicMu.Unlock()
-		r.orig, r.held, r.mem = orig, false, nil
+		r.orig, r.held, r.mem, r.reg = orig, false, nil, nil
 		rs.msn = wire.PSNAdd(rs.msn, 1)
 		q.queueResource(int(it.Ref))
 	}

@@ -12,10 +12,11 @@ import (
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
-// weakRig is a connected pair of weakly-ordered QPs whose devices send nothing on their
-// own: every packet they emit is recorded and dropped, and the test delivers exactly the
-// packets it wants, in the order it wants, straight into a device's receive path.
-type weakRig struct {
+// pktRig is a connected pair of QPs (weakly-ordered unless made with newRig) whose devices
+// send nothing on their own: every packet they emit is recorded and dropped, and the test
+// delivers exactly the packets it wants, in the order it wants, straight into a device's
+// receive path.
+type pktRig struct {
 	t    *testing.T
 	a, b *side // a requests, b responds (and the other way round)
 	mu   sync.Mutex
@@ -25,8 +26,11 @@ type weakRig struct {
 
 const rigMTU = 1024
 
-func newWeakRig(t *testing.T) *weakRig {
-	rg := &weakRig{t: t, out: map[*Device][][]byte{}}
+func newWeakRig(t *testing.T) *pktRig { return newRig(t, Weak) }
+
+// newRig makes a pktRig whose QPs are in mode.
+func newRig(t *testing.T, mode Ordering) *pktRig {
+	rg := &pktRig{t: t, out: map[*Device][][]byte{}}
 	var devs [2]*Device
 	mk := func(i int, ip string) *side {
 		return openSide(t, ip, Config{FaultFilter: func(pkt []byte) netio.Verdict {
@@ -43,12 +47,12 @@ func newWeakRig(t *testing.T) *weakRig {
 	devs[0] = rg.a.d
 	rg.b = mk(1, "127.0.0.2")
 	devs[1] = rg.b.d
-	connectMode(t, rg.a, rg.b, wire.MTU1024, 0, 0, Weak)
+	connectMode(t, rg.a, rg.b, wire.MTU1024, 0, 0, mode)
 	return rg
 }
 
 // sent returns and forgets what d emitted.
-func (rg *weakRig) sent(d *Device) [][]byte {
+func (rg *pktRig) sent(d *Device) [][]byte {
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
 	p := rg.out[d]
@@ -57,7 +61,11 @@ func (rg *weakRig) sent(d *Device) [][]byte {
 }
 
 // deliver hands pkt, as sent by from's device, to to's device and finishes the batch.
-func (rg *weakRig) deliver(to, from *side, pkt []byte) {
+func (rg *pktRig) deliver(to, from *side, pkt []byte) { deliverTo(to, from, pkt) }
+
+// deliverTo hands pkt, as sent by from's device, to to's receive path and finishes the
+// batch.
+func deliverTo(to, from *side, pkt []byte) {
 	d := to.d
 	d.rxMu.Lock()
 	d.input(pkt, from.d.LocalAddr())
@@ -79,7 +87,7 @@ func seal(from, to *side, pkt []byte) []byte {
 func headerLenOf(pkt []byte) int { return wire.Opcode(pkt[0]).Info().HdrLen }
 
 // weakData builds a weak SEND or WRITE packet from a to b.
-func (rg *weakRig) weakData(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, imm uint32, payload []byte) []byte {
+func (rg *pktRig) weakData(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, imm uint32, payload []byte) []byte {
 	info := op.Info()
 	pkt := make([]byte, info.HdrLen, info.HdrLen+len(payload)+8)
 	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: psn, AckReq: true}
@@ -97,11 +105,11 @@ func (rg *weakRig) weakData(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.R
 }
 
 // send1 is a one-packet SEND with receive sequence number rsn.
-func (rg *weakRig) send1(psn, rsn uint32, data []byte) []byte {
+func (rg *pktRig) send1(psn, rsn uint32, data []byte) []byte {
 	return rg.weakData(wire.OpWeakSend, psn, wire.OOH{Seq: rsn, Length: uint32(len(data)), Flags: wire.OOHRecv}, nil, 0, data)
 }
 
-func (rg *weakRig) postRecvs(t *testing.T, mr *tpt.Region, n, size int) {
+func (rg *pktRig) postRecvs(t *testing.T, mr *tpt.Region, n, size int) {
 	for i := 0; i < n; i++ {
 		_, err := rg.b.qp.PostRecv([]RecvWR{{WRID: uint64(100 + i), SG: []SGE{{Addr: mr.IOVA() + uint64(i*size), Length: uint32(size), LKey: mr.Key()}}}})
 		must(t, err)

@@ -105,9 +105,9 @@ func TestWeakOffsetAtMessageEnd(t *testing.T) {
 	}
 }
 
-// deliverCatching is weakRig.deliver returning the engine's panic, if any (with rxMu
+// deliverCatching is pktRig.deliver returning the engine's panic, if any (with rxMu
 // released).
-func (rg *weakRig) deliverCatching(to, from *side, pkt []byte) (perr any) {
+func (rg *pktRig) deliverCatching(to, from *side, pkt []byte) (perr any) {
 	d := to.d
 	d.rxMu.Lock()
 	defer d.rxMu.Unlock()
@@ -118,7 +118,7 @@ func (rg *weakRig) deliverCatching(to, from *side, pkt []byte) (perr any) {
 }
 
 // weakReq builds a weak READ request (reth) or atomic (at) from a to b.
-func (rg *weakRig) weakReq(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, at *wire.AtomicETH) []byte {
+func (rg *pktRig) weakReq(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, at *wire.AtomicETH) []byte {
 	pkt := make([]byte, op.Info().HdrLen)
 	(&wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: psn, AckReq: true}).Put(pkt)
 	if reth != nil {
