@@ -15,6 +15,10 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// errBusyMachine says that a check could not judge what it checks: the machine was too
+// busy (see testutil.Busy).
+var errBusyMachine = errors.New("machine too busy")
+
 // waitLimit bounds every wait of the suite. It is a failure guard only: tests wait for
 // conditions, never for time (see internal/testutil).
 const waitLimit = testutil.WaitLimit

@@ -3,11 +3,13 @@ package verbs_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/transport"
 	"github.com/softrnic/softrnic/internal/wire"
 	"github.com/softrnic/softrnic/verbs"
@@ -249,6 +251,15 @@ func TestWeakPacketLoss(t *testing.T) {
 	// loss probes if the machine is slow), not the 16 or 20 of the message behind it that
 	// go-back-N resends.
 	selective := func(k pktCounters) error {
+		if k.qpA.Timeouts > 0 && k.qpA.Retransmits > 8 {
+			// The ACK timeout (268 ms here; a lost packet is found by SACK or the 4 ms loss
+			// probe long before) fired: the responder did not answer in time, and the
+			// timeout rightly sent again everything unacknowledged. Only a machine starved
+			// of CPU does that; elsewhere it is a failure.
+			if busy, share := testutil.Busy(); busy {
+				return fmt.Errorf("%w (%.0f%% of the CPUs to spare)", errBusyMachine, share*100)
+			}
+		}
 		if k.qpA.Retransmits == 0 || k.qpA.Retransmits > 8 || k.qpA.SelectiveRetransmits == 0 {
 			return fmt.Errorf("want 1 to 8 packets sent again selectively, not %d (%d selectively)",
 				k.qpA.Retransmits, k.qpA.SelectiveRetransmits)
@@ -313,7 +324,9 @@ func TestWeakPacketLoss(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var hits atomic.Int32
 			f := packetFilter(c.opcode, c.psn, c.act, &hits)
-			pc := pairConfig{link: retryLink().inMode(verbs.OrderingWeak), psnA: psnA, psnB: 0x900}
+			l := retryLink().inMode(verbs.OrderingWeak)
+			l.Timeout = 16 // loss is found by SACK or the loss probe; the timeout is the last resort
+			pc := pairConfig{link: l, psnA: psnA, psnB: 0x900}
 			if c.onB {
 				pc.devB = verbs.WithFilter(pc.devB, f)
 			} else {
@@ -385,7 +398,9 @@ func TestWeakPacketLoss(t *testing.T) {
 			if c.check == nil {
 				return
 			}
-			if err := c.check(pktCounters{a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters()}); err != nil {
+			if err := c.check(pktCounters{a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters()}); errors.Is(err, errBusyMachine) {
+				t.Skipf("%v: the repair cannot be judged", err)
+			} else if err != nil {
 				t.Errorf("%v\nrequester QP %+v\nresponder QP %+v\nrequester device %+v\nresponder device %+v", err,
 					a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters())
 			}
