@@ -1,6 +1,20 @@
 package verbs
 
-import "fmt"
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+)
+
+// RandomPSN returns a starting PSN drawn from crypto/rand. Use it for every connection (as
+// librdmacm does): a peer that cannot see the traffic then has one chance in 2^24 per
+// packet of hitting the expected PSN, and a late packet of an earlier connection between the
+// same QPs is unlikely to fall into the new one's window.
+func RandomPSN() uint32 {
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) & 0xFFFFFF
+}
 
 // Endpoint is what the other side needs to reach a QP: what perftest exchanges over its
 // TCP control connection and rdma_cm in its private data.
@@ -14,8 +28,9 @@ type Endpoint struct {
 	Ordering Ordering
 }
 
-// Endpoint describes this QP for a peer, with psn as its first send PSN. It offers
-// ordered mode; set Ordering to OrderingWeak to offer weak mode.
+// Endpoint describes this QP for a peer, with psn as its first send PSN (pass the same
+// one to Connect; RandomPSN gives a good one). It offers ordered mode; set Ordering to
+// OrderingWeak to offer weak mode.
 func (q *QP) Endpoint(psn uint32) Endpoint {
 	c := q.pd.ctx
 	return Endpoint{GID: c.gid, Port: c.Addr().Port(), QPNum: q.QPNum(), PSN: psn & 0xFFFFFF}

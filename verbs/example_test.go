@@ -30,10 +30,12 @@ func Example() {
 	defer ctxB.Close()
 
 	// Exchange endpoints (out of band in real programs) and connect: RESET->INIT->RTR->RTS.
-	if err := qpA.Connect(100, qpB.Endpoint(200), verbs.ConnectOptions{}); err != nil {
+	// Each side sends from a random starting PSN, and tells the peer which.
+	epA, epB := qpA.Endpoint(verbs.RandomPSN()), qpB.Endpoint(verbs.RandomPSN())
+	if err := qpA.Connect(epA.PSN, epB, verbs.ConnectOptions{}); err != nil {
 		panic(err)
 	}
-	if err := qpB.Connect(200, qpA.Endpoint(100), verbs.ConnectOptions{}); err != nil {
+	if err := qpB.Connect(epB.PSN, epA, verbs.ConnectOptions{}); err != nil {
 		panic(err)
 	}
 

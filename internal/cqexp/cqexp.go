@@ -171,11 +171,12 @@ func newRig(handlers []verbs.HandlerConfig, nqp, ncq int, bind func(cq int) int,
 			return nil, err
 		}
 		o := verbs.ConnectOptions{MinRNRTimer: 1, RNRRetry: 7}
-		if err := cq.Connect(uint32(i), sq.Endpoint(uint32(i)+1000), o); err != nil {
+		epC, epS := cq.Endpoint(verbs.RandomPSN()), sq.Endpoint(verbs.RandomPSN())
+		if err := cq.Connect(epC.PSN, epS, o); err != nil {
 			r.close()
 			return nil, err
 		}
-		if err := sq.Connect(uint32(i)+1000, cq.Endpoint(uint32(i)), o); err != nil {
+		if err := sq.Connect(epS.PSN, epC, o); err != nil {
 			r.close()
 			return nil, err
 		}

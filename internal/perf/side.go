@@ -2,7 +2,6 @@ package perf
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"time"
@@ -101,7 +100,7 @@ func (s *side) setup() error {
 			return err
 		}
 		s.qps = append(s.qps, qp)
-		s.psns = append(s.psns, rand.Uint32()&0xFFFFFF)
+		s.psns = append(s.psns, verbs.RandomPSN())
 		s.qpIdx[qp.QPNum()] = i
 	}
 	return nil

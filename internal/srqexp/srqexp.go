@@ -268,10 +268,11 @@ func (e *exp) connect(i int) error {
 		return err
 	}
 	o := verbs.ConnectOptions{Timeout: 14, RNRRetry: 7, MinRNRTimer: 1}
-	if err := cq.Connect(uint32(i), sq.Endpoint(uint32(i)+1000), o); err != nil {
+	epC, epS := cq.Endpoint(verbs.RandomPSN()), sq.Endpoint(verbs.RandomPSN())
+	if err := cq.Connect(epC.PSN, epS, o); err != nil {
 		return err
 	}
-	if err := sq.Connect(uint32(i)+1000, cq.Endpoint(uint32(i)), o); err != nil {
+	if err := sq.Connect(epS.PSN, epC, o); err != nil {
 		return err
 	}
 	e.cqps, e.sqps = append(e.cqps, cq), append(e.sqps, sq)

@@ -1,17 +1,29 @@
 // Package tpt is softrnic's translation and protection table: the registered memory
 // regions of one device, found by their 32-bit key (a 24-bit table index and an 8-bit key
-// that is not predictable), each checked on every access for protection domain, key,
-// access rights and bounds before a single byte is read or written.
+// byte), each checked on every access for protection domain, key, access rights and bounds
+// before a single byte is read or written.
 //
 // Lookups are lock-free (two atomic loads); registration and deregistration take a mutex.
+//
+// # What an attacker can guess
+//
+// RoCE carries keys in the clear, so a peer that sees traffic learns them; the table only
+// makes keys that were never shown unguessable. Both parts of a key are drawn from a
+// generator seeded from crypto/rand when the table is made: the index uniformly from a
+// range at least four times the number of live regions and at least 4096 wide (12 bits or
+// more), the key byte uniformly from the 255 values other than the one the index last
+// had (about 8 bits). A new region's key is therefore one of at least 4096 × 255 ≈ 2^20
+// values, independent of the keys before it — not the last key plus one, and the first
+// region of a fresh device no likelier one key than another. A key that was deregistered
+// comes back only if the same index is drawn again (one chance in the range's width per
+// registration, and never within the next 256 deregistrations: a freed index rests) and
+// then the same byte (one in 255). Every guess an attacker sends costs
+// the connection it arrives on: a bad key ends in a remote access NAK and the QP in ERR.
 package tpt
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -116,10 +128,8 @@ const maxIndex = ptab.Size
 type Table struct {
 	regions ptab.Table[Region]
 	mu      sync.Mutex
-	next    uint32   // next never-used index
-	free    []uint32 // indices free for reuse
-	last    []uint8  // last key byte used per index, so a reused index gets a new key
-	rng     *rand.Rand
+	last    []uint8         // last key byte used per index, so a reused index gets a new key
+	indices *ptab.Allocator // draws indices (see the package doc)
 	count   atomic.Int64
 	max     int
 }
@@ -127,18 +137,13 @@ type Table struct {
 // ErrTooMany is returned when the table holds its maximum number of regions.
 var ErrTooMany = errors.New("tpt: too many memory regions")
 
-// New returns a table that holds at most max regions (max < 2^24).
+// New returns a table that holds at most max regions (max < 2^24 - 257).
 func New(max int) *Table {
-	if max <= 0 || max >= maxIndex {
-		max = maxIndex - 1
+	if max <= 0 || max >= maxIndex-ptab.Quarantine-1 {
+		max = maxIndex - ptab.Quarantine - 2
 	}
-	var seed [16]byte
-	_, _ = crand.Read(seed[:])
-	return &Table{
-		next: 1, // index 0 is never used, so key 0 is never valid
-		max:  max,
-		rng:  rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))),
-	}
+	// Index 0 is never used, so key 0 is never valid.
+	return &Table{max: max, indices: ptab.NewAllocator(1, false)}
 }
 
 // Count returns the number of registered regions.
@@ -160,21 +165,12 @@ func (t *Table) Register(pd uint32, buf []byte, iova uint64, access Access) (*Re
 	if int(t.count.Load()) >= t.max {
 		return nil, ErrTooMany
 	}
-	var idx uint32
-	if n := len(t.free); n > 0 {
-		idx = t.free[n-1]
-		t.free = t.free[:n-1]
-	} else {
-		idx = t.next
-		t.next++
-	}
+	idx := t.indices.Alloc(int(t.count.Load()), func(i uint32) bool { return t.regions.Load(i) != nil })
 	for int(idx) >= len(t.last) {
 		t.last = append(t.last, 0)
 	}
-	// A new key byte: the last one used at this index plus 1..15 at random, so a stale key
-	// does not come back for at least 17 registrations of the slot, and the next key is
-	// not simply the last one plus one.
-	kb := t.last[idx] + 1 + uint8(t.rng.IntN(15))
+	// A new key byte, any but the one this index had last (see the package doc).
+	kb := t.last[idx] + 1 + uint8(t.indices.Rand().IntN(255))
 	t.last[idx] = kb
 	r := &Region{buf: buf, iova: iova, access: access, pd: pd, key: idx<<8 | uint32(kb)}
 	r.valid.Store(true)
@@ -196,7 +192,7 @@ func (t *Table) Deregister(r *Region) error {
 	}
 	r.valid.Store(false)
 	t.regions.Store(idx, nil)
-	t.free = append(t.free, idx)
+	t.indices.Free(idx)
 	t.count.Add(-1)
 	return nil
 }

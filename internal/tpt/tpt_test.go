@@ -1,6 +1,10 @@
 package tpt
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/softrnic/softrnic/internal/ptab"
+)
 
 func TestRegisterCheck(t *testing.T) {
 	tb := New(4)
@@ -55,8 +59,61 @@ func TestRegisterCheck(t *testing.T) {
 		t.Fatal("deregistered key still works")
 	}
 	r2, _ := tb.Register(1, buf, 0x1000, LocalWrite)
-	if r2.Key() == old || r2.Key()>>8 != old>>8 {
-		t.Fatalf("reused index should get a new key: old %#x new %#x", old, r2.Key())
+	if r2.Key() == old {
+		t.Fatalf("a deregistered key came back at once: %#x", old)
+	}
+}
+
+// Keys are not guessable from what came before: the first key of fresh tables takes many
+// values, consecutive keys of one table are not in sequence, an index used again gets
+// another key byte, and a deregistered key does not come back soon.
+func TestKeysUnpredictable(t *testing.T) {
+	buf := make([]byte, 64)
+	first := map[uint32]bool{}
+	for i := 0; i < 500; i++ {
+		r, err := New(0).Register(1, buf, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first[r.Key()] = true
+	}
+	// One of at least 4096 × 255 values: 500 draws collide rarely (expected < 0.2 pairs).
+	if len(first) < 495 {
+		t.Errorf("the first key of 500 fresh tables took only %d values", len(first))
+	}
+	tb := New(0)
+	var keys []uint32
+	close := 0
+	for i := 0; i < 1000; i++ {
+		r, err := tb.Register(1, buf, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, r.Key())
+		if i > 0 {
+			if d := int64(r.Key()>>8) - int64(keys[i-1]>>8); d >= -16 && d <= 16 {
+				close++
+			}
+		}
+	}
+	// Indices drawn from at least 4096: two in a row within 16 of each other about 1% of
+	// the time; counting up would make it every time.
+	if close > 50 {
+		t.Errorf("%d of 999 consecutive keys have indices within 16 of each other", close)
+	}
+	// Deregister and register again, many times: a stale key never comes back within the
+	// quarantine (its index rests).
+	seen := map[uint32]int{}
+	r, _ := tb.Register(1, buf, 0, 0)
+	for i := 0; i < 5000; i++ {
+		if j, ok := seen[r.Key()]; ok && i-j <= ptab.Quarantine {
+			t.Fatalf("key %#x came back after %d registrations", r.Key(), i-j)
+		}
+		seen[r.Key()] = i
+		if err := tb.Deregister(r); err != nil {
+			t.Fatal(err)
+		}
+		r, _ = tb.Register(1, buf, 0, 0)
 	}
 }
 

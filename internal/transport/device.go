@@ -66,7 +66,7 @@ type Device struct {
 	qpMu    sync.Mutex
 	qps     ptab.Table[QP]
 	qpSet   map[*QP]struct{}
-	nextQPN uint32
+	qpns    *ptab.Allocator // draws QP numbers (QP0 and QP1 reserved)
 	qpCount int
 	retired Stats // counters of destroyed QPs
 
@@ -149,6 +149,7 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.MaxQP <= 0 {
 		cfg.MaxQP = DefaultMaxQP
 	}
+	cfg.MaxQP = min(cfg.MaxQP, ptab.Size-ptab.Quarantine-2) // the allocator needs room
 	if cfg.MaxMR <= 0 {
 		cfg.MaxMR = DefaultMaxMR
 	}
@@ -172,14 +173,14 @@ func Open(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{
-		cfg:     cfg,
-		conn:    conn,
-		local:   conn.LocalAddr(),
-		v4:      conn.LocalAddr().Addr().Is4(),
-		epoch:   time.Now(),
-		mrs:     tpt.New(cfg.MaxMR),
-		qpSet:   make(map[*QP]struct{}),
-		nextQPN: 2 + uint32(time.Now().UnixNano()&0xFFF), // QP0 and QP1 are reserved
+		cfg:   cfg,
+		conn:  conn,
+		local: conn.LocalAddr(),
+		v4:    conn.LocalAddr().Addr().Is4(),
+		epoch: time.Now(),
+		mrs:   tpt.New(cfg.MaxMR),
+		qpSet: make(map[*QP]struct{}),
+		qpns:  ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
 	d.rxBatch = conn.NewRecvBatch(cfg.RecvBatch, 4096+256)
 	d.rxOut = netio.NewSendBatch(outPkts, outIovs, outArena)
@@ -252,34 +253,27 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return q
 }
 
-// allocQPN assigns a free QP number, counting up through the 24-bit space so numbers are
-// not reused soon.
+// allocQPN assigns a free QP number, drawn so that it cannot be predicted from the numbers
+// before it and a destroyed QP's number is not reused soon (see ptab.Allocator).
 func (d *Device) allocQPN(q *QP) error {
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
 	if d.qpCount >= d.cfg.MaxQP {
 		return fmt.Errorf("device has its maximum of %d QPs", d.cfg.MaxQP)
 	}
-	for {
-		n := d.nextQPN & wire.PSNMask
-		d.nextQPN = n + 1
-		if n < 2 {
-			continue
-		}
-		if d.qps.Load(n) == nil {
-			q.qpn = n
-			d.qps.Store(n, q)
-			d.qpSet[q] = struct{}{}
-			d.qpCount++
-			return nil
-		}
-	}
+	n := d.qpns.Alloc(d.qpCount, func(i uint32) bool { return d.qps.Load(i) != nil })
+	q.qpn = n
+	d.qps.Store(n, q)
+	d.qpSet[q] = struct{}{}
+	d.qpCount++
+	return nil
 }
 
 func (d *Device) freeQPN(q *QP) {
 	d.qpMu.Lock()
 	if d.qps.Load(q.qpn) == q {
 		d.qps.Store(q.qpn, nil)
+		d.qpns.Free(q.qpn)
 		delete(d.qpSet, q)
 		d.qpCount--
 	}

@@ -291,3 +291,33 @@ func TestDeregDuringSend(t *testing.T) {
 		})
 	}
 }
+
+// QP numbers cannot be guessed from the ones before: the first QP of fresh devices gets
+// many different numbers, and consecutive QPs of one device are not numbered in sequence.
+func TestQPNumbersUnpredictable(t *testing.T) {
+	first := map[uint32]bool{}
+	for i := 0; i < 20; i++ {
+		s := openSide(t, "127.0.0.1", Config{})
+		first[s.qp.QPN()] = true
+		s.d.Close()
+	}
+	if len(first) < 19 {
+		t.Errorf("the first QP of 20 fresh devices got only %d numbers", len(first))
+	}
+	s := openSide(t, "127.0.0.1", Config{})
+	prev, close := s.qp.QPN(), 0
+	for i := 0; i < 200; i++ {
+		q, err := s.d.CreateQP(QPConfig{PD: 1, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+		must(t, err)
+		if d := int64(q.QPN()) - int64(prev); d >= -16 && d <= 16 {
+			close++
+		}
+		prev = q.QPN()
+		if q.QPN() < 2 {
+			t.Fatalf("reserved QP number %d handed out", q.QPN())
+		}
+	}
+	if close > 20 {
+		t.Errorf("%d of 200 consecutive QP numbers within 16 of the one before", close)
+	}
+}
