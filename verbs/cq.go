@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,6 +299,29 @@ func (cq *CQ) Context() *Context { return cq.ctx }
 // allocates nothing).
 const pollChunk = 16
 
+// Wait polls the CQ until it returns at least one completion (into wc), ctx is done
+// (ctx.Err()) or the device is closed (an error wrapping ErrClosed). It busy-polls as a
+// consumer polling a CQ does, driving the device's receive path and yielding the processor
+// between polls; to sleep until a completion arrives use a completion channel or handler.
+func (cq *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
+	if len(wc) == 0 {
+		return 0, fmt.Errorf("verbs: CQ.Wait: %w: no room for a completion", ErrInvalid)
+	}
+	for {
+		if n := cq.PollCQ(wc); n > 0 {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-cq.ctx.done:
+			return 0, fmt.Errorf("verbs: CQ.Wait: %w", ErrClosed)
+		default:
+		}
+		runtime.Gosched()
+	}
+}
+
 // PollCQ moves up to len(wc) completions into wc, oldest first, and returns how many.
 // When the CQ is empty it first lets the device process packets that are waiting (in the
 // calling goroutine), so a busy-polling consumer sees a completion as soon as its packet
@@ -420,6 +444,7 @@ type CompChannel struct {
 	mu    sync.Mutex
 	q     []*CQ
 	ready chan struct{}
+	gone  chan struct{} // closed by DestroyCompChannel: wakes every waiter
 	cqs   int
 	dead  bool
 }
@@ -431,7 +456,7 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return &CompChannel{ctx: c, ready: make(chan struct{}, 1)}, nil
+	return &CompChannel{ctx: c, ready: make(chan struct{}, 1), gone: make(chan struct{})}, nil
 }
 
 func (ch *CompChannel) attach() error {
@@ -507,6 +532,8 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 		}
 		select {
 		case <-ch.ready:
+		case <-ch.gone:
+		case <-ch.ctx.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -524,9 +551,6 @@ func (ch *CompChannel) DestroyCompChannel() error {
 		return fmt.Errorf("verbs: DestroyCompChannel: %w: %d CQs use the channel", ErrBusy, ch.cqs)
 	}
 	ch.dead = true
-	select {
-	case ch.ready <- struct{}{}:
-	default:
-	}
+	close(ch.gone)
 	return nil
 }

@@ -150,6 +150,7 @@ type Context struct {
 	qps    int
 	srqs   int
 	closed bool
+	done   chan struct{} // closed by Close: wakes every waiter
 	events eventQueue
 
 	handlers []*handler // completion handlers, by id
@@ -196,7 +197,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	case cfg.NumCompVectors > 0 && cfg.NumCompVectors != len(hcfg):
 		return nil, fmt.Errorf("verbs: open device: %w: NumCompVectors %d but %d CompletionHandlers", ErrInvalid, cfg.NumCompVectors, len(hcfg))
 	}
-	c := &Context{gid: GIDFromAddr(addr), nextPD: 1}
+	c := &Context{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{})}
 	if err := c.setupHandlers(hcfg); err != nil {
 		return nil, err
 	}
@@ -248,7 +249,10 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	return c, nil
 }
 
-// Close closes the device. Its QPs stop; objects created from it must not be used after.
+// Close closes the device. Its QPs stop moving packets (they are not flushed). Afterwards
+// every call on the device or an object created from it returns an error wrapping
+// ErrClosed (PollCQ returns no more completions; CQ.Wait returns ErrClosed), and every
+// goroutine waiting in GetCQEvent, GetAsyncEvent or CQ.Wait is woken and gets ErrClosed.
 func (c *Context) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -256,6 +260,7 @@ func (c *Context) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.done)
 	c.mu.Unlock()
 	c.events.close()
 	err := c.dev.Close()

@@ -478,6 +478,9 @@ func (q *QP) PostSend(wrs []SendWR) error {
 // postReason wraps an engine refusal in the matching verbs error: a full queue is
 // ErrLimit, everything else ErrInvalid.
 func postReason(err error) error {
+	if errors.Is(err, transport.ErrDeviceClosed) {
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	}
 	if errors.Is(err, transport.ErrSQFull) || errors.Is(err, transport.ErrQueueFull) {
 		return fmt.Errorf("%w: %v", ErrLimit, err)
 	}
@@ -533,6 +536,10 @@ type Counters struct {
 	// Device only: socket system calls (sendmmsg calls, and recvmmsg calls that returned
 	// datagrams) and GSO messages (each carries several packets in one datagram).
 	SendCalls, RecvCalls, GSOSends uint64
+	// Device only: datagrams the kernel refused to send (counted and dropped, as a network
+	// drops them; the transport's retransmission recovers) and sends that waited for
+	// socket buffer space.
+	SendErrors, SendBlocked uint64
 }
 
 func countersFrom(s transport.Stats) Counters {
@@ -595,5 +602,6 @@ func (c *Context) Counters() Counters {
 	k.FaultsLost, k.FaultsReordered, k.FaultsDuplicated, k.FaultsCorrupted = f.Lost, f.Reordered, f.Duplicated, f.Corrupted
 	conn := c.dev.Conn()
 	k.SendCalls, k.RecvCalls, k.GSOSends = conn.SendCalls.Load(), conn.RecvCalls.Load(), conn.GSOSends.Load()
+	k.SendErrors, k.SendBlocked = conn.SendErrors.Load(), conn.WriteBlocked.Load()
 	return k
 }

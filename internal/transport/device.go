@@ -78,6 +78,13 @@ type Device struct {
 	ackList  []*QP
 	kickList []*QP
 	respList []*QP
+	// respLater holds QPs that spent their response budget in this round: their responses
+	// go on in the next round, after the socket was read again (see finishBatch).
+	respLater []*QP
+	respRound uint32
+	// parked: the receive goroutine went to sleep in the network poller (rxMu held to
+	// read or write). A polling consumer that leaves responses pending rings the doorbell.
+	parked   bool
 	owned    []*QP
 	deferred []*QP // QPs with an ACK held back (see Progress)
 	// The spare halves of kickList and respList, swapped in so draining a list does not
@@ -127,6 +134,10 @@ const (
 	outIovs          = 2048
 	outArena         = outPkts * 96
 	outReserve       = 4 // packets kept free for ACKs/NAKs generated under a QP lock
+	// respBudget is the most READ response packets one QP sends per round of the receive
+	// path (256 KiB at MTU 4096): a QP answering long READs shares the device with the
+	// others' packets and ACKs, round by round, as a NIC arbitrates between its QPs.
+	respBudget = 64
 )
 
 // Open creates the device and starts its receive and timer goroutines.
@@ -297,6 +308,7 @@ func (d *Device) rxLoop() {
 func (d *Device) rxReady() bool {
 	spin := int64(d.cfg.BusyPoll)
 	d.rxMu.Lock()
+	d.parked = false
 	last := d.now()
 	for i := 1; ; i++ {
 		if d.closed.Load() {
@@ -319,7 +331,11 @@ func (d *Device) rxReady() bool {
 				d.rxMu.Lock()
 				continue
 			}
+		} else if len(d.respList) > 0 {
+			d.finishBatch() // the next round of READ responses
+			last = d.now()
 		} else if spin <= 0 || d.now()-last >= spin || d.polled.Swap(false) {
+			d.parked = true
 			d.rxMu.Unlock()
 			return false
 		}
@@ -354,6 +370,14 @@ func (d *Device) Progress() {
 		}
 		if n, _ := d.conn.Poll(d.rxBatch); n > 0 {
 			d.processBatch(n)
+		} else if len(d.respList) > 0 {
+			d.finishBatch()
+		}
+		if len(d.respList) > 0 && d.parked {
+			// Responses remain for later rounds and the receive goroutine sleeps: wake it,
+			// as this consumer may not poll again.
+			d.parked = false
+			d.conn.Doorbell()
 		}
 	}
 	d.rxMu.Unlock()
@@ -446,6 +470,12 @@ func (d *Device) processBatch(n int) {
 	defer func() { d.polling = false }()
 	for i := 0; i < n; i++ {
 		data, seg, from := d.rxBatch.Datagram(i)
+		if len(data) == 0 {
+			if from != d.local {
+				d.rx.malformed++ // an empty datagram; from this device itself it is the doorbell
+			}
+			continue
+		}
 		if seg == 0 {
 			d.input(data, from)
 		} else {
@@ -510,9 +540,13 @@ func (d *Device) flushOut() {
 	}
 }
 
-// finishBatch sends pending read responses, coalesced ACKs and requester packets that the
-// batch's ACKs released (rxMu held).
+// finishBatch sends a round of pending read responses, coalesced ACKs and requester
+// packets that the batch's ACKs released (rxMu held). In a round each QP sends at most
+// respBudget response packets; a QP with more waits in respLater for the next round, which
+// comes after the socket was read again (rxReady, Progress), so that a peer's long READs
+// cannot hold up other QPs' packets, ACKs and completions.
 func (d *Device) finishBatch() {
+	d.respRound++
 	for len(d.respList) > 0 || len(d.ackList) > 0 || len(d.kickList) > 0 {
 		// Read and atomic responses first: they must precede ACKs of later requests.
 		for len(d.respList) > 0 {
@@ -521,11 +555,20 @@ func (d *Device) finishBatch() {
 			for _, q := range list {
 				q.mu.Lock()
 				q.resp.queued = false
+				if q.resp.round != d.respRound {
+					q.resp.round, q.resp.budget = d.respRound, respBudget
+				}
 				if !q.pumpResponses(d.rxOut) {
-					d.queueResp(q)
+					if q.resp.budget == 0 {
+						q.resp.queued = true
+						d.respLater = append(d.respLater, q)
+					} else {
+						d.queueResp(q) // the batch filled up: send it, then go on
+					}
 				}
 				q.mu.Unlock()
 			}
+			clear(list)
 			if len(d.respList) > 0 {
 				d.flushOut()
 			}
@@ -560,6 +603,10 @@ func (d *Device) finishBatch() {
 		d.flushDeferred()
 	}
 	d.flushOut()
+	// What spent its budget is the next round's.
+	d.respList = append(d.respList, d.respLater...)
+	clear(d.respLater)
+	d.respLater = d.respLater[:0]
 }
 
 // runKicks lets QPs whose window opened send more, from the receive path. A QP whose

@@ -321,3 +321,86 @@ func TestQPNumbersUnpredictable(t *testing.T) {
 		t.Errorf("%d of 200 consecutive QP numbers within 16 of the one before", close)
 	}
 }
+
+// addPair connects another pair of QPs in mode between the rig's two devices.
+func (rg *pktRig) addPair(t *testing.T, mode Ordering) (a, b *side) {
+	mk := func(d *Device) *side {
+		cq := d.NewCQ(256)
+		qp, err := d.CreateQP(QPConfig{PD: 1, SendCQ: cq, RecvCQ: cq, MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4})
+		must(t, err)
+		return &side{d: d, cq: cq, qp: qp}
+	}
+	a, b = mk(rg.a.d), mk(rg.b.d)
+	connectMode(t, a, b, wire.MTU1024, 0, 0, mode)
+	return a, b
+}
+
+// TestReadResponsesBudgeted sends a responder four READ requests of 1 MiB each (4,096
+// response packets at MTU 1024, 32 bytes of requests), then a SEND on another QP of the
+// same device: the other QP's ACK goes out after at most one round of the READ QP's
+// responses (respBudget packets), not after all of them; and every response is still
+// sent, round by round.
+func TestReadResponsesBudgeted(t *testing.T) {
+	rg := newRig(t, Ordered)
+	a2, b2 := rg.addPair(t, Ordered)
+	src := make([]byte, 1<<20)
+	ms := reg(t, rg.b.d, src)
+	for i := uint32(0); i < 4; i++ {
+		op := wire.OpReadRequest
+		pkt := make([]byte, op.Info().HdrLen)
+		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: i * 1024, AckReq: true}
+		bth.Put(pkt)
+		reth := wire.RETH{VA: ms.IOVA(), RKey: ms.Key(), DMALen: 1 << 20}
+		reth.Put(pkt[wire.BTHLen:])
+		rg.deliver(rg.b, rg.a, seal(rg.a, rg.b, pkt))
+	}
+	responses := func(pkts [][]byte) (n int, ackAt int) {
+		ackAt = -1
+		for _, b := range pkts {
+			var p wire.Packet
+			must(t, p.Decode(b))
+			switch {
+			case p.BTH.DestQP == rg.a.qp.QPN() && p.BTH.Opcode >= wire.OpReadResponseFirst && p.BTH.Opcode <= wire.OpReadResponseOnly:
+				n++
+			case p.BTH.DestQP == a2.qp.QPN() && p.BTH.Opcode == wire.OpAcknowledge && ackAt < 0:
+				ackAt = n
+			}
+		}
+		return n, ackAt
+	}
+	before, _ := responses(rg.sent(rg.b.d))
+	if before > 4*respBudget || before >= 4096 {
+		t.Errorf("%d READ responses sent while the 4 requests were received, want at most %d", before, min(4*respBudget, 4095))
+	}
+
+	rbuf := make([]byte, 64)
+	mr := reg(t, b2.d, rbuf)
+	_, err := b2.qp.PostRecv([]RecvWR{{WRID: 1, SG: []SGE{{Addr: mr.IOVA(), Length: 64, LKey: mr.Key()}}}})
+	must(t, err)
+	op := wire.OpSendOnly
+	pkt := make([]byte, op.Info().HdrLen, op.Info().HdrLen+8)
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: b2.qp.QPN(), PSN: 0, AckReq: true}
+	bth.Put(pkt)
+	pkt = append(pkt, "8 bytes!"...)
+	rg.deliver(b2, a2, seal(a2, b2, pkt))
+	during, ackAt := responses(rg.sent(rg.b.d))
+	if ackAt < 0 {
+		t.Fatal("no ACK for the other QP's SEND")
+	}
+	if ackAt > respBudget {
+		t.Errorf("the other QP's ACK left after %d READ responses, want at most %d", ackAt, respBudget)
+	}
+
+	// The rest goes out round by round.
+	total := before + during
+	for i := 0; i < 4096 && total < 4096; i++ {
+		rg.b.d.rxMu.Lock()
+		rg.b.d.finishBatch()
+		rg.b.d.rxMu.Unlock()
+		n, _ := responses(rg.sent(rg.b.d))
+		total += n
+	}
+	if total != 4096 {
+		t.Errorf("%d READ responses in all, want 4096", total)
+	}
+}

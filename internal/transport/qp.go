@@ -603,12 +603,17 @@ func wcOpcode(op uint8) uint8 {
 // Errors of PostSend and PostRecv.
 var (
 	ErrQPState = errors.New("QP state does not allow posting")
-	ErrSQFull  = errors.New("send queue full")
+	// ErrDeviceClosed is returned by posts after the device was closed.
+	ErrDeviceClosed = errors.New("device closed")
+	ErrSQFull       = errors.New("send queue full")
 )
 
 // PostSend posts work requests in order. It returns how many were posted and, if not all,
 // why the next one was refused.
 func (q *QP) PostSend(wrs []SendWR) (int, error) {
+	if q.dev.closed.Load() {
+		return 0, ErrDeviceClosed
+	}
 	q.mu.Lock()
 	switch q.state {
 	case StateRTS, StateSQD, StateErr:
@@ -729,6 +734,9 @@ func (q *QP) postOne(wr *SendWR) error {
 
 // PostRecv posts receive work requests to the QP's own receive queue.
 func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
+	if q.dev.closed.Load() {
+		return 0, ErrDeviceClosed
+	}
 	if q.srq {
 		return 0, errors.New("QP uses a shared receive queue; post to the SRQ")
 	}

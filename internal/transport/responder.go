@@ -62,6 +62,8 @@ type responder struct {
 	ackDeferred bool
 	ackAt       int64
 	queued      bool
+	round       uint32 // the receive path's response round budget belongs to
+	budget      int    // response packets this QP may still send in that round
 	res         []respResource
 	resNext     int
 	pend        []int // resources with responses to send, in PSN order
@@ -502,14 +504,14 @@ func (q *QP) requestAck(p *wire.Packet) {
 	}
 }
 
-// pumpResponses sends pending READ responses and atomic ACKs into b. It returns false if
-// b filled up first.
+// pumpResponses sends pending READ responses and atomic ACKs into b, at most rs.budget
+// packets. It returns false if b filled up or the budget ran out first.
 func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 	rs := &q.resp
 	for len(rs.pend) > 0 {
 		r := &rs.res[rs.pend[0]]
 		for r.kind != resFree && !wire.PSNBefore(r.stop, r.next) {
-			if !b.Room(3, wire.MaxHeaderLen+16) {
+			if !b.Room(3, wire.MaxHeaderLen+16) || rs.budget <= 0 {
 				return false
 			}
 			if r.kind == resRead && r.reg.Revoked() {
@@ -519,6 +521,7 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 				return true
 			}
 			q.emitResponse(b, r)
+			rs.budget--
 		}
 		r.queued = false
 		rs.pend = append(rs.pend[:0], rs.pend[1:]...)

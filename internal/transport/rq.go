@@ -133,6 +133,9 @@ func (q *RecvQueue) pop(dst *recvWQE) bool {
 // Post adds receive WQEs (for an SRQ); it stops at the first it refuses and returns how
 // many it posted.
 func (q *RecvQueue) Post(wrs []RecvWR) (int, error) {
+	if q.dev.closed.Load() {
+		return 0, ErrDeviceClosed
+	}
 	for i := range wrs {
 		if err := q.post(&wrs[i]); err != nil {
 			return i, err
