@@ -89,10 +89,15 @@ func main() {
 	for _, v := range bw {
 		n = max(n, len(v))
 	}
-	fmt.Printf("softrnic rperf (loopback, both sides in one process) and peers on this machine, same run; medians of %d runs.\n\n", n)
+	fmt.Printf("softrnic rperf (loopback, both sides in one process) and peers on this machine, same run; medians (and ranges) of %d runs.\n\n", n)
 	fmt.Println("| measure | softrnic | compared with | its value | ratio softrnic/peer | bar |")
 	fmt.Println("|---|---|---|---|---|---|")
-	row := func(name string, ours float64, unit string, pk key, bar string) {
+	row := func(name string, runs []float64, unit string, pk key, bar string) {
+		ours := median(runs)
+		spread := ""
+		if len(runs) > 1 {
+			spread = fmt.Sprintf(" (%.1f–%.1f)", slices.Min(runs), slices.Max(runs))
+		}
 		pv := median(peers[pk])
 		ratio := "–"
 		peer := "–"
@@ -104,19 +109,22 @@ func main() {
 		if pk.peer == "" {
 			who = "–"
 		}
-		fmt.Printf("| %s | %.1f %s | %s | %s | %s | %s |\n", name, ours, unit, who, peer, ratio, bar)
+		if ps := peers[pk]; len(ps) > 1 && pv > 0 {
+			peer += fmt.Sprintf(" (%.1f–%.1f)", slices.Min(ps), slices.Max(ps))
+		}
+		fmt.Printf("| %s | %.1f %s%s | %s | %s | %s | %s |\n", name, ours, unit, spread, who, peer, ratio, bar)
 	}
 	s := func(t string, size int) key { return key{"softrnic", t, size} }
-	row("write_bw 64 KiB", median(bw[s("write_bw", 65536)]), "MiB/s", key{"ucx-tcp", "ucp_put_bw", 65536}, "≥ 1× UCX ucp_put_bw")
-	row("write_bw 1 MiB", median(bw[s("write_bw", 1<<20)]), "MiB/s", key{"ucx-tcp", "tag_bw", 1 << 20}, "")
-	row("read_bw 64 KiB", median(bw[s("read_bw", 65536)]), "MiB/s", key{"ucx-tcp", "ucp_get", 65536}, "≥ 10× UCX ucp_get")
-	row("send_bw 64 KiB", median(bw[s("send_bw", 65536)]), "MiB/s", key{"ucx-tcp", "tag_bw", 65536}, "")
-	row("send_bw 1 MiB", median(bw[s("send_bw", 1<<20)]), "MiB/s", key{"go-tcp", "stream", 1 << 20}, "")
-	row("send_lat 8 B p50 (one way)", median(p50[s("send_lat", 8)]), "µs", key{"ucx-tcp", "tag_lat", 8}, "≤ 2× UCX tag_lat")
-	row("send_lat 8 B p99", median(p99[s("send_lat", 8)]), "µs", key{}, "")
-	row("write_lat 8 B p50 (one way)", median(p50[s("write_lat", 8)]), "µs", key{"libfabric-tcp", "pingpong-one-way", 8}, "")
-	row("read_lat 8 B p50 (round trip)", median(p50[s("read_lat", 8)]), "µs", key{"go-udp", "pingpong-one-way", 8}, "")
-	row("atomic_lat 8 B p50 (round trip)", median(p50[s("atomic_lat", 8)]), "µs", key{}, "")
+	row("write_bw 64 KiB", bw[s("write_bw", 65536)], "MiB/s", key{"ucx-tcp", "ucp_put_bw", 65536}, "≥ 1× UCX ucp_put_bw")
+	row("write_bw 1 MiB", bw[s("write_bw", 1<<20)], "MiB/s", key{"ucx-tcp", "tag_bw", 1 << 20}, "")
+	row("read_bw 64 KiB", bw[s("read_bw", 65536)], "MiB/s", key{"ucx-tcp", "ucp_get", 65536}, "≥ 10× UCX ucp_get")
+	row("send_bw 64 KiB", bw[s("send_bw", 65536)], "MiB/s", key{"ucx-tcp", "tag_bw", 65536}, "")
+	row("send_bw 1 MiB", bw[s("send_bw", 1<<20)], "MiB/s", key{"go-tcp", "stream", 1 << 20}, "")
+	row("send_lat 8 B p50 (one way)", p50[s("send_lat", 8)], "µs", key{"ucx-tcp", "tag_lat", 8}, "≤ 2× UCX tag_lat")
+	row("send_lat 8 B p99", p99[s("send_lat", 8)], "µs", key{}, "")
+	row("write_lat 8 B p50 (one way)", p50[s("write_lat", 8)], "µs", key{"libfabric-tcp", "pingpong-one-way", 8}, "")
+	row("read_lat 8 B p50 (round trip)", p50[s("read_lat", 8)], "µs", key{"go-udp", "pingpong-one-way", 8}, "")
+	row("atomic_lat 8 B p50 (round trip)", p50[s("atomic_lat", 8)], "µs", key{}, "")
 	fmt.Println()
 	fmt.Println("Peers measured in the same run (medians):")
 	fmt.Println()
