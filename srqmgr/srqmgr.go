@@ -13,6 +13,10 @@
 //
 // The consumer reads a message with Buffer(wc.WRID) and hands the buffer back with
 // Release(wc.WRID) when it is done with it.
+//
+// A Manager is safe for concurrent use: Buffer, Release, Attach, Detach, HandleEvent, Tick
+// (and Run, which calls it), Stats and Close may be called from any goroutines, e.g. the
+// consumers' completion handlers, the goroutine reading async events and Run's.
 package srqmgr
 
 import (
@@ -99,6 +103,7 @@ type Manager struct {
 	refills uint64
 	events  uint64
 	closed  bool
+	done    chan struct{} // closed by Close: stops Run
 }
 
 // New creates a manager and posts the floor.
@@ -121,7 +126,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = 64
 	}
-	m := &Manager{cfg: cfg, z: normalQuantile(1 - cfg.Overflow), lent: map[int]bool{}, conns: map[*verbs.QP]*conn{}}
+	m := &Manager{cfg: cfg, z: normalQuantile(1 - cfg.Overflow), lent: map[int]bool{}, conns: map[*verbs.QP]*conn{}, done: make(chan struct{})}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.target = cfg.Floor
@@ -158,14 +163,19 @@ func (m *Manager) Detach(qp *verbs.QP) {
 	m.mu.Unlock()
 }
 
-// Buffer returns the receive buffer a completion's WRID names.
-func (m *Manager) Buffer(wrid uint64) []byte {
+// Buffer returns the receive buffer a completion's WRID names, and false if the WRID is
+// not one of the manager's buffers given to the SRQ and not yet released (another
+// consumer's WRID, a released one, or any after Close).
+func (m *Manager) Buffer(wrid uint64) ([]byte, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if wrid > math.MaxInt32 || !m.lent[int(wrid)] || m.closed {
+		return nil, false
+	}
 	id := int(wrid)
 	c := m.chunks[id/m.cfg.Chunk]
 	i := id % m.cfg.Chunk
-	return c.mr.Buf()[i*m.cfg.BufSize : (i+1)*m.cfg.BufSize]
+	return c.mr.Buf()[i*m.cfg.BufSize : (i+1)*m.cfg.BufSize], true
 }
 
 // Release gives a buffer back after its completion was handled: it is posted again while
@@ -173,10 +183,10 @@ func (m *Manager) Buffer(wrid uint64) []byte {
 func (m *Manager) Release(wrid uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	id := int(wrid)
-	if !m.lent[id] {
+	if wrid > math.MaxInt32 || !m.lent[int(wrid)] {
 		return // not ours, or released twice
 	}
+	id := int(wrid)
 	delete(m.lent, id)
 	m.nlent--
 	if m.cfg.SRQ.Posted() < m.target && !m.closed {
@@ -335,13 +345,15 @@ func (m *Manager) Tick() {
 	m.arm()
 }
 
-// Run calls Tick every interval until ctx is done.
+// Run calls Tick every interval until ctx is done or the manager is closed.
 func (m *Manager) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-m.done:
 			return
 		case <-t.C:
 			m.Tick()
@@ -402,11 +414,16 @@ func (m *Manager) Stats() Stats {
 	return s
 }
 
-// Close deregisters the pool. The SRQ and its QPs must not be used to receive afterwards.
+// Close stops Run and deregisters the pool. The SRQ and its QPs must not be used to
+// receive afterwards. Closing twice does nothing.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
 	m.closed = true
+	close(m.done)
 	var errs []error
 	for i, c := range m.chunks {
 		if c != nil {

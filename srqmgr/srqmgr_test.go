@@ -1,6 +1,7 @@
 package srqmgr
 
 import (
+	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
 				if e.Status != verbs.WCSuccess {
 					t.Fatalf("receive %+v", e)
 				}
-				if len(m.Buffer(e.WRID)) != 64 {
+				if b, ok := m.Buffer(e.WRID); !ok || len(b) != 64 {
 					t.Fatal("buffer")
 				}
 				if len(keep) == 0 {
@@ -189,5 +190,40 @@ func TestNormalQuantile(t *testing.T) {
 		if z := normalQuantile(c.p); z < c.z-0.001 || z > c.z+0.001 {
 			t.Errorf("quantile(%g) = %g, want %g", c.p, z, c.z)
 		}
+	}
+}
+
+// Buffer refuses WRIDs that are not the manager's lent buffers (instead of panicking), and
+// Close stops Run and makes Buffer refuse everything.
+func TestBufferForeignWRIDAndCloseStopsRun(t *testing.T) {
+	r := newRig(t, 1, 64)
+	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wrid := range []uint64{1 << 40, 1 << 31, 999999} {
+		if b, ok := m.Buffer(wrid); ok || b != nil {
+			t.Errorf("Buffer(%d) = %d bytes, %v; want nothing for a WRID the manager never posted", wrid, len(b), ok)
+		}
+		m.Release(wrid) // must not panic either
+	}
+	if _, ok := m.Buffer(0); !ok {
+		t.Error("Buffer(0): the manager posted buffer 0 and it was not released")
+	}
+	stopped := make(chan struct{})
+	go func() { m.Run(context.Background()); close(stopped) }()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(testutil.WaitLimit):
+		t.Fatal("Run still running after Close")
+	}
+	if _, ok := m.Buffer(0); ok {
+		t.Error("Buffer after Close returned a buffer of the deregistered pool")
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }

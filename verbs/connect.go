@@ -36,7 +36,8 @@ func (q *QP) Endpoint(psn uint32) Endpoint {
 	return Endpoint{GID: c.gid, Port: c.Addr().Port(), QPNum: q.QPNum(), PSN: psn & 0xFFFFFF}
 }
 
-// ConnectOptions are the attributes Connect sets; zero fields take the defaults shown.
+// ConnectOptions are the attributes Connect sets; zero fields take the defaults shown,
+// except those named in Zero, whose 0 is used as it is.
 type ConnectOptions struct {
 	MTU         MTU         // path MTU (MTU1024)
 	Access      AccessFlags // remote access the QP allows (write, read and atomic)
@@ -51,10 +52,29 @@ type ConnectOptions struct {
 	// offers it too (see Endpoint.Ordering). MaxHole sets weak mode's bitmap span.
 	Ordering Ordering
 	MaxHole  uint32
+	// Zero names the fields above whose 0 is meant as 0, not as "the default":
+	// ZeroTimeout (no local ACK timeout: wait for ever), ZeroRetryCnt (no retries),
+	// ZeroRNRRetry (no RNR retries: the first RNR NAK fails the work request),
+	// ZeroMinRNRTimer (RNR timer code 0: 655 ms), ZeroMaxRdAtomic (no RDMA READ or atomic
+	// in flight either way).
+	Zero ZeroFields
 }
 
+// ZeroFields is a set of ConnectOptions fields whose 0 is meant literally.
+type ZeroFields uint8
+
+// ConnectOptions fields that may be 0 (see ConnectOptions.Zero).
+const (
+	ZeroTimeout ZeroFields = 1 << iota
+	ZeroRetryCnt
+	ZeroRNRRetry
+	ZeroMinRNRTimer
+	ZeroMaxRdAtomic
+)
+
 // Connect moves a QP in RESET through INIT and RTR to RTS, connected to remote, sending
-// from the local PSN sqPSN.
+// from the local PSN sqPSN. The QP accepts packets only from the remote device's address
+// and UDP port (AHAttr.SrcPort).
 func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	if o.MTU == 0 {
 		o.MTU = MTU1024
@@ -65,21 +85,16 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	if o.NoRemoteAccess {
 		o.Access = 0
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 14
+	def := func(v *uint8, z ZeroFields, d uint8) {
+		if *v == 0 && o.Zero&z == 0 {
+			*v = d
+		}
 	}
-	if o.RetryCnt == 0 {
-		o.RetryCnt = 7
-	}
-	if o.RNRRetry == 0 {
-		o.RNRRetry = 7
-	}
-	if o.MinRNRTimer == 0 {
-		o.MinRNRTimer = 12
-	}
-	if o.MaxRdAtomic == 0 {
-		o.MaxRdAtomic = 16
-	}
+	def(&o.Timeout, ZeroTimeout, 14)
+	def(&o.RetryCnt, ZeroRetryCnt, 7)
+	def(&o.RNRRetry, ZeroRNRRetry, 7)
+	def(&o.MinRNRTimer, ZeroMinRNRTimer, 12)
+	def(&o.MaxRdAtomic, ZeroMaxRdAtomic, 16)
 	ordering := OrderingStrict
 	if o.Ordering == OrderingWeak && remote.Ordering == OrderingWeak {
 		ordering = OrderingWeak
@@ -92,7 +107,7 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		{QPAttr{QPState: StateRTR, PathMTU: o.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
 			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer, Ordering: ordering, MaxHole: o.MaxHole,
-			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
+			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, SrcPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
 			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrOrdering},
 		{QPAttr{QPState: StateRTS, SQPSN: sqPSN & 0xFFFFFF, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
 			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic},

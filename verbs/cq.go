@@ -98,7 +98,7 @@ type WorkCompletion struct {
 	WRID      uint64
 	Status    WCStatus
 	Opcode    WCOpcode
-	VendorErr uint32
+	VendorErr VendorErr // what the status does not say (print it with %v)
 	ByteLen   uint32
 	ImmData   uint32 // in host byte order (the wire carries it big-endian)
 	QPNum     uint32
@@ -346,7 +346,7 @@ func (cq *CQ) poll(wc []WorkCompletion) int {
 		for i := 0; i < k; i++ {
 			e := &buf[i]
 			wc[total+i] = WorkCompletion{
-				WRID: e.WRID, Status: WCStatus(e.Status), Opcode: WCOpcode(e.Opcode), VendorErr: e.VendorErr,
+				WRID: e.WRID, Status: WCStatus(e.Status), Opcode: WCOpcode(e.Opcode), VendorErr: VendorErr(e.VendorErr),
 				ByteLen: e.ByteLen, ImmData: e.Imm, QPNum: e.QPN, SrcQP: e.SrcQP, WCFlags: WCFlags(e.Flags),
 			}
 		}

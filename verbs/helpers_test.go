@@ -205,7 +205,7 @@ func initStep(access verbs.AccessFlags) step {
 func rtrStep(remote verbs.Endpoint, l link) step {
 	s := step{verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: l.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
 		MaxDestRdAtomic: l.MaxDestRdAtomic, MinRNRTimer: l.MinRNRTimer,
-		AHAttr: verbs.AHAttr{DGID: remote.GID, DestPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
+		AHAttr: verbs.AHAttr{DGID: remote.GID, DestPort: remote.Port, SrcPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
 		verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer}
 	if l.Ordering != verbs.OrderingStrict {

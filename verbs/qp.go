@@ -217,6 +217,12 @@ type AHAttr struct {
 	IsGlobal     bool
 	// DestPort is the peer device's UDP port (a softrnic extension; 0 means 4791).
 	DestPort uint16
+	// SrcPort, when not 0, is the only UDP source port the QP accepts packets from (a
+	// softrnic extension). A softrnic device sends every packet from its own port, so
+	// Connect sets it to the peer Endpoint's Port; standard RoCEv2 peers choose a source
+	// port per QP (flow entropy) that the connection setup does not carry, so for them it
+	// stays 0 and only the peer's address is checked. See the README's security model.
+	SrcPort uint16
 }
 
 // QPAttr are QP attributes (ibv_qp_attr fields used by RC QPs).
@@ -333,6 +339,7 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 			port = DefaultPort
 		}
 		ta.Peer = netip.AddrPortFrom(ah.DGID.Addr(), port)
+		ta.PeerSrcPort = ah.SrcPort
 	}
 	if mask&QPAttrPort != 0 && attr.PortNum == 0 {
 		return fmt.Errorf("verbs: ModifyQP: %w: port_num 0 (the device's port is 1)", ErrInvalid)

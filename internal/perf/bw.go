@@ -84,7 +84,7 @@ func runBWClient(s *side, peer Info) (Result, error) {
 		}
 		for _, e := range wc[:k] {
 			if e.Status != verbs.WCSuccess {
-				return Result{}, fmt.Errorf("%s: work completion %v (vendor error %#x)", c.Test, e.Status, e.VendorErr)
+				return Result{}, fmt.Errorf("%s: work completion %v (%v)", c.Test, e.Status, e.VendorErr)
 			}
 			first, count := unwrid(e.WRID)
 			q := s.qpIdx[e.QPNum]

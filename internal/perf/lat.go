@@ -30,7 +30,7 @@ func (w *waiter) poll() {
 	n := w.s.cq.PollCQ(w.wc)
 	for _, e := range w.wc[:n] {
 		if e.Status != verbs.WCSuccess {
-			w.err = fmt.Errorf("%s: work completion %v (opcode %v, vendor error %#x)", w.s.cfg.Test, e.Status, e.Opcode, e.VendorErr)
+			w.err = fmt.Errorf("%s: work completion %v (opcode %v, %v)", w.s.cfg.Test, e.Status, e.Opcode, e.VendorErr)
 			return
 		}
 		if e.Opcode == verbs.WCRecv || e.Opcode == verbs.WCRecvRDMAWithImm {

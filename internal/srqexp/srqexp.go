@@ -339,7 +339,10 @@ func (e *exp) serve(ctx context.Context) {
 			}
 			var buf []byte
 			if e.mgr != nil {
-				buf = e.mgr.Buffer(w.WRID)
+				var ok bool
+				if buf, ok = e.mgr.Buffer(w.WRID); !ok {
+					continue // not a buffer of the manager's: nothing to read or release
+				}
 			} else {
 				buf = e.rqMRs[i].Buf()[int(w.WRID)*e.cfg.BufSize:]
 			}

@@ -249,6 +249,9 @@ type Attr struct {
 	Port            uint8
 	SQDNotify       bool
 	Peer            netip.AddrPort // from the address vector: peer IP and UDP port
+	// PeerSrcPort, if not 0, is the only UDP source port packets are accepted from (the
+	// peer's address is always checked).
+	PeerSrcPort uint16
 	// Ordering selects ordered (standard RC) or weakly-ordered mode; both sides must
 	// agree. MaxHole is weak mode's arrival-bitmap span in PSNs (the largest hole and the
 	// requester's window; 0: DefaultMaxHole).
@@ -442,7 +445,7 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 		at.Port = a.Port
 	}
 	if mask&MaskAV != 0 {
-		at.Peer = peer.AP
+		at.Peer, at.PeerSrcPort = peer.AP, a.PeerSrcPort
 		p := peer
 		q.peer = &p
 		local := q.dev.local

@@ -117,7 +117,7 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		q.stats.Dropped++
 		return
 	}
-	if q.peer == nil || from.Addr() != q.peer.AP.Addr() {
+	if q.peer == nil || from.Addr() != q.peer.AP.Addr() || q.attr.PeerSrcPort != 0 && from.Port() != q.attr.PeerSrcPort {
 		q.stats.WrongSource++
 		return
 	}

@@ -1,0 +1,90 @@
+package verbs_test
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// forgedSend sends, from src (an address and port of the test's choosing), a valid RoCEv2
+// SEND ONLY packet with payload to qp on dev at psn: what an attacker who knows the QP
+// number and PSN can send from an ordinary UDP socket.
+func forgedSend(t *testing.T, src netip.AddrPort, dev *verbs.Context, qp *verbs.QP, psn uint32, payload []byte) {
+	t.Helper()
+	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	op := wire.OpSendOnly
+	pkt := make([]byte, op.Info().HdrLen, 64)
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPNum(), PSN: psn, AckReq: true,
+		PadCnt: uint8(wire.PadFor(len(payload)))}
+	bth.Put(pkt)
+	pkt = append(pkt, payload...)
+	pkt = append(pkt, make([]byte, wire.PadFor(len(payload)))...)
+	local := uc.LocalAddr().(*net.UDPAddr).AddrPort()
+	f := wire.Flow{Src: local.Addr(), Dst: dev.Addr().Addr(), SrcPort: local.Port(), DstPort: dev.Addr().Port(), DF: true}
+	var icrc [4]byte
+	wire.PutICRC(icrc[:], f.ICRC(pkt))
+	pkt = append(pkt, icrc[:]...)
+	if _, err := uc.WriteToUDPAddrPort(pkt, dev.Addr()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A connected QP accepts packets only from its peer's address and UDP port: a packet from
+// the peer's IP address but another port — with the right QP number, PSN and ICRC — is
+// dropped and counted (WrongSource), and the peer's own SEND then takes the receive.
+func TestSourcePortChecked(t *testing.T) {
+	a, b := newPair(t, pairConfig{psnA: 0x100, psnB: 0x200})
+	dst := mustReg(t, a.pd, make([]byte, 64), verbs.AccessLocalWrite)
+	mustPostRecv(t, a.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst, 0, 64)})
+	forgedSend(t, netip.AddrPortFrom(b.ctx.Addr().Addr(), 0), a.ctx, a.qp, 0x200, []byte("forged"))
+	waitUntil(t, "the forged packet to arrive", func() bool {
+		k := a.qp.Counters()
+		return k.WrongSource+k.RxPackets > 0
+	})
+	if k := a.qp.Counters(); k.WrongSource != 1 {
+		t.Errorf("forged packet from the peer's address and another port: WrongSource %d, RxPackets %d", k.WrongSource, k.RxPackets)
+	}
+	expectEmpty(t, a.rcq, "receive CQ after the forged SEND")
+
+	src := mustReg(t, b.pd, []byte("genuine"), verbs.AccessLocalWrite)
+	mustPostSend(t, b.qp, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(src, 0, 7)})
+	if wc := pollOne(t, a.rcq); wc.Status != verbs.WCSuccess || wc.ByteLen != 7 {
+		t.Fatalf("receive completion %+v, want the genuine 7-byte SEND", wc)
+	}
+	settle(a.ctx)
+	checkBytes(t, "receive buffer", dst.Buf()[:7], []byte("genuine"))
+}
+
+// ConnectOptions can ask for 0 where 0 means something (ZeroFields): no RNR retries makes
+// the first RNR NAK fail the SEND, and QueryQP reports the zeros as given.
+func TestConnectOptionsZero(t *testing.T) {
+	ctxA := openDevice(t, ipA, verbs.DeviceConfig{})
+	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
+	a := newSide(t, ctxA, defaultCap, 64, false)
+	b := newSide(t, ctxB, defaultCap, 64, false)
+	epA, epB := a.qp.Endpoint(verbs.RandomPSN()), b.qp.Endpoint(verbs.RandomPSN())
+	o := verbs.ConnectOptions{MinRNRTimer: 1, Zero: verbs.ZeroTimeout | verbs.ZeroRNRRetry | verbs.ZeroRetryCnt}
+	if err := a.qp.Connect(epA.PSN, epB, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(epB.PSN, epA, verbs.ConnectOptions{MinRNRTimer: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if attr, _ := a.qp.QueryQP(); attr.Timeout != 0 || attr.RNRRetry != 0 || attr.RetryCnt != 0 || attr.MaxRdAtomic != 16 {
+		t.Errorf("QueryQP: timeout %d, rnr_retry %d, retry_cnt %d, max_rd_atomic %d; want 0, 0, 0 and the default 16",
+			attr.Timeout, attr.RNRRetry, attr.RetryCnt, attr.MaxRdAtomic)
+	}
+	src := mustReg(t, a.pd, make([]byte, 8), verbs.AccessLocalWrite)
+	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(src, 0, 8)})
+	wantStatus(t, pollOne(t, a.scq), 1, verbs.WCRNRRetryExcErr, a.qp) // b has no receive posted
+	if got := a.qp.Counters().RNRNAKsReceived; got != 1 {
+		t.Errorf("%d RNR NAKs received, want 1 (no retries)", got)
+	}
+}
