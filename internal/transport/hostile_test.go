@@ -404,3 +404,31 @@ func TestReadResponsesBudgeted(t *testing.T) {
 		t.Errorf("%d READ responses in all, want 4096", total)
 	}
 }
+
+// A weak READ request beyond the span whose read sequence number maps to a resource slot
+// that is held (a READ waiting behind a hole) is dropped as beyond the span: checks that
+// can end the connection come after the PSN.
+func TestWeakReadBeyondSpanSlotHeld(t *testing.T) {
+	rg := newRig(t, Weak)
+	src := make([]byte, 4096)
+	ms := reg(t, rg.b.d, src)
+	read := func(psn, seq uint32) []byte {
+		op := wire.OpWeakReadReq
+		pkt := make([]byte, op.Info().HdrLen)
+		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: psn, AckReq: true}
+		bth.Put(pkt)
+		reth := wire.RETH{VA: ms.IOVA(), RKey: ms.Key(), DMALen: 1024}
+		reth.Put(pkt[wire.BTHLen:])
+		ooh := wire.OOH{Seq: seq, TxSeq: seq + 1}
+		ooh.Put(pkt[len(pkt)-wire.OOHLen:])
+		return seal(rg.a, rg.b, pkt)
+	}
+	rg.deliver(rg.b, rg.a, read(1, 0))      // PSN 0 missing: held in slot 0
+	rg.deliver(rg.b, rg.a, read(50000, 16)) // far beyond the span, slot 16 % 16 = 0
+	if st := rg.b.qp.State(); st != StateRTS {
+		t.Fatalf("responder in %v after a READ beyond the span, want RTS", st)
+	}
+	if s := rg.b.qp.Stats(); s.BeyondSpan != 1 {
+		t.Errorf("BeyondSpan %d, want 1", s.BeyondSpan)
+	}
+}

@@ -707,26 +707,32 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 		}
 		return
 	}
-	if len(rs.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
-		return
-	}
-	slot := int(o.Seq % uint32(len(rs.res)))
+	// The PSN first: a duplicate is answered, a packet beyond the span dropped, before
+	// any check that can end the connection.
 	if ws.arrived.HasRange(psn, npk) {
 		// A re-request of responses that were lost: answer it from the resource.
-		r := &rs.res[slot]
 		q.stats.Duplicates++
+		if len(rs.res) == 0 {
+			return
+		}
+		slot := int(o.Seq % uint32(len(rs.res)))
+		r := &rs.res[slot]
 		if r.kind == resRead && !r.held && !wire.PSNBefore(psn, r.firstPSN) && !wire.PSNBefore(r.lastPSN, wire.PSNAdd(psn, npk-1)) {
 			r.start, r.next, r.stop = psn, psn, wire.PSNAdd(psn, npk-1)
 			q.queueResource(slot)
 		}
 		return
 	}
-	if rs.res[slot].held {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+	if !q.weakMark(psn, npk) {
 		return
 	}
-	if !q.weakMark(psn, npk) {
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
+		return
+	}
+	slot := int(o.Seq % uint32(len(rs.res)))
+	if rs.res[slot].held {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
 		return
 	}
 	mem, reg, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
@@ -744,25 +750,29 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 	ws, rs := q.weak, &q.resp
 	psn := p.BTH.PSN
-	if len(rs.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
-		return
-	}
-	slot := int(o.Seq % uint32(len(rs.res)))
-	if ws.arrived.Has(psn) {
-		r := &rs.res[slot]
+	if ws.arrived.Has(psn) { // the PSN first, as for READ
 		q.stats.Duplicates++
+		if len(rs.res) == 0 {
+			return
+		}
+		slot := int(o.Seq % uint32(len(rs.res)))
+		r := &rs.res[slot]
 		if r.kind == resAtomic && !r.held && r.firstPSN == psn {
 			r.start, r.next, r.stop = psn, psn, psn
 			q.queueResource(slot) // the recorded result again; never executed twice
 		}
 		return
 	}
-	if rs.res[slot].held {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+	if !q.weakMark(psn, 1) {
 		return
 	}
-	if !q.weakMark(psn, 1) {
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
+		return
+	}
+	slot := int(o.Seq % uint32(len(rs.res)))
+	if rs.res[slot].held {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
 		return
 	}
 	at := &p.Atomic
