@@ -1,8 +1,10 @@
 // Package srqmgr provisions a shared receive queue statistically. It measures, per
-// connection, how many receive WQEs it consumes per interval, keeps an exponentially
-// weighted mean and variance of that demand, and sizes the SRQ to the sum of the means
-// plus a margin for the variance that makes running dry no likelier than a configured
-// probability, never below a floor. It follows the target as connections come, go and
+// connection, how many receive WQEs it consumes per second (sampled every interval), keeps
+// an exponentially weighted mean and variance of that demand, and sizes the SRQ to the
+// sum of the means plus a margin for the variance that makes running dry no likelier than
+// a configured probability, times the time the SRQ must last until the next refill — the
+// interval, or the gap between refills as measured when the machine is busy and they come
+// late (its mean plus the same margin) — never below a floor. It follows the target as connections come, go and
 // change: it posts buffers from a pool of registered memory (registered in chunks, so the
 // memory follows the target too) and retires buffers the consumer returns while the SRQ is
 // above target; the SRQ's low-watermark event makes it refill early. Each connection's
@@ -66,9 +68,9 @@ type Stats struct {
 // ConnStats describe one connection's demand and share.
 type ConnStats struct {
 	QPNum  uint32
-	Mean   float64 // WQEs per interval
+	Mean   float64 // WQEs per second
 	StdDev float64
-	Share  float64 // WQEs per interval its statistical share allows (mean + z·σ)
+	Share  float64 // WQEs per second its statistical share allows (mean + z·σ)
 	Limits verbs.LimitStats
 }
 
@@ -80,8 +82,8 @@ type chunk struct {
 type conn struct {
 	qp        *verbs.QP
 	lastTaken uint64
-	lastPaced uint64 // pace and hard-RNR decisions of its limit queue so far
-	mean, vr  float64
+	lastPaced uint64  // pace and hard-RNR decisions of its limit queue so far
+	mean, vr  float64 // WQEs per second: EWMA of the rate and of its variance
 	seen      bool
 }
 
@@ -90,8 +92,15 @@ type Manager struct {
 	cfg Config
 	z   float64
 
-	tickMu sync.Mutex // one Tick at a time; guards the conns' demand fields
+	tickMu sync.Mutex // one Tick at a time; guards the conns' demand fields and the gap
 	sample []*conn
+	// The time between refills (Ticks): EWMA of the gap and of its variance, in seconds.
+	// The SRQ must last from one refill to the next; on a busy machine the gaps grow and
+	// vary, and the target grows with them.
+	lastTick   time.Time
+	gap, gapVr float64
+	gapPeak    float64 // the longest recent gap, halving every second
+	now        func() time.Time // time.Now; tests replace it
 
 	mu      sync.Mutex
 	chunks  []*chunk     // by buffer id / Chunk; nil once deregistered
@@ -126,7 +135,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = 64
 	}
-	m := &Manager{cfg: cfg, z: normalQuantile(1 - cfg.Overflow), lent: map[int]bool{}, conns: map[*verbs.QP]*conn{}, done: make(chan struct{})}
+	m := &Manager{cfg: cfg, z: normalQuantile(1 - cfg.Overflow), lent: map[int]bool{}, conns: map[*verbs.QP]*conn{}, done: make(chan struct{}), now: time.Now}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.target = cfg.Floor
@@ -135,6 +144,18 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.arm()
 	return m, nil
+}
+
+// ewma folds sample x into an exponentially weighted mean and variance with weight a (the
+// first sample sets the mean).
+func ewma(mean, vr *float64, x, a float64, first bool) {
+	if first {
+		*mean, *vr = x, 0
+		return
+	}
+	diff := x - *mean
+	*mean += a * diff
+	*vr = (1 - a) * (*vr + a*diff*diff)
 }
 
 // normalQuantile returns z with P(N(0,1) <= z) = p, for p in (0.5, 1) (Abramowitz and
@@ -305,37 +326,43 @@ func (m *Manager) Tick() {
 	m.mu.Unlock()
 
 	a := m.cfg.Alpha
+	now := m.now()
+	dt := m.cfg.Interval.Seconds()
+	if !m.lastTick.IsZero() {
+		dt = max(now.Sub(m.lastTick).Seconds(), 1e-6)
+	}
+	m.lastTick = now
+	ewma(&m.gap, &m.gapVr, dt, a, m.gap == 0)
+	m.gapPeak = max(dt, m.gapPeak*math.Exp2(-dt))
 	var sumMean, sumVar float64
-	perSec := 1 / m.cfg.Interval.Seconds()
 	for _, c := range m.sample {
 		taken, refused := c.qp.SRQDemand()
-		d := float64(taken - c.lastTaken)
+		r := float64(taken-c.lastTaken) / dt // WQEs per second since the last Tick
 		c.lastTaken = taken
 		// A connection its limit queue refused in this interval was taking more than the
 		// consumer gave it: that is not demand it earns a larger share with.
 		if refused != c.lastPaced && c.seen {
-			d = min(d, c.mean)
+			r = min(r, c.mean)
 		}
 		c.lastPaced = refused
-		if !c.seen {
-			c.mean, c.vr, c.seen = d, 0, true
-		} else {
-			diff := d - c.mean
-			c.mean += a * diff
-			c.vr = (1 - a) * (c.vr + a*diff*diff)
-		}
+		ewma(&c.mean, &c.vr, r, a, !c.seen)
+		c.seen = true
 		sumMean += c.mean
 		sumVar += c.vr
-		c.qp.SetShare((c.mean + m.z*math.Sqrt(c.vr)) * perSec)
+		c.qp.SetShare(c.mean + m.z*math.Sqrt(c.vr))
 	}
 	clear(m.sample) // drop references to detached QPs
+	// The SRQ must last until the next refill: cover the gap between Ticks as measured
+	// (mean plus z deviations, and the longest recent one: on a busy machine stalls are
+	// rare and long), never less than the interval.
+	cover := max(m.gap+m.z*math.Sqrt(m.gapVr), m.gapPeak, m.cfg.Interval.Seconds())
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return
 	}
-	t := int(math.Ceil(sumMean + m.z*math.Sqrt(sumVar)))
+	t := int(math.Ceil((sumMean + m.z*math.Sqrt(sumVar)) * cover))
 	m.target = min(max(t, m.cfg.Floor), m.cfg.SRQ.QuerySRQ().MaxWR)
 	if m.cfg.SRQ.Posted() < m.target {
 		m.refills++

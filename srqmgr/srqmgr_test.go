@@ -110,6 +110,9 @@ func TestTargetFollowsDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	// A clock that advances one interval per Tick: demand per Tick is demand per interval.
+	clock := time.Unix(0, 0)
+	m.now = func() time.Time { clock = clock.Add(m.cfg.Interval); return clock }
 	for _, qp := range r.rqps {
 		m.Attach(qp)
 	}
@@ -150,7 +153,7 @@ func TestTargetFollowsDemand(t *testing.T) {
 		t.Fatalf("registered memory did not shrink: %d -> %d", high.RegisteredBytes, down.RegisteredBytes)
 	}
 	for _, c := range high.Conns {
-		if c.Mean < 30 || c.Share < c.Mean || c.Limits.Share <= 0 {
+		if c.Mean < 30*100 || c.Share < c.Mean || c.Limits.Share <= 0 { // 40 per 10 ms interval: 4000/s
 			t.Fatalf("connection stats %+v", c)
 		}
 	}
@@ -225,5 +228,40 @@ func TestBufferForeignWRIDAndCloseStopsRun(t *testing.T) {
 	}
 	if err := m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// When refills come late (the Ticks of a busy machine), the SRQ must last longer between
+// them: at the same rate of demand, a target measured with 30 ms gaps between Ticks is
+// about three times the one with 10 ms gaps.
+func TestTargetCoversLateRefills(t *testing.T) {
+	const n = 4
+	r := newRig(t, n, 4096)
+	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	clock, gap := time.Unix(0, 0), m.cfg.Interval
+	m.now = func() time.Time { clock = clock.Add(gap); return clock }
+	for _, qp := range r.rqps {
+		m.Attach(qp)
+	}
+	run := func(per, ticks int) int {
+		for i := 0; i < ticks; i++ {
+			r.send(t, m, []int{per, per, per, per})
+			m.Tick()
+		}
+		return m.Stats().Target
+	}
+	onTime := run(10, 12) // 4 × 10 per 10 ms: 4,000 WQEs/s
+	gap = 3 * m.cfg.Interval
+	late := run(30, 12) // the same 4,000 WQEs/s, refilled every 30 ms
+	t.Logf("target %d with refills every 10 ms, %d every 30 ms", onTime, late)
+	if onTime < 40 || onTime > 80 {
+		t.Errorf("on time: target %d, want about 40 and its margin", onTime)
+	}
+	if late < 120 || late > 2*120 {
+		t.Errorf("late refills: target %d, want about 120 (40 per 10 ms over 30 ms) and its margin", late)
 	}
 }
