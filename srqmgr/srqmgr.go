@@ -99,7 +99,7 @@ type Manager struct {
 	// vary, and the target grows with them.
 	lastTick   time.Time
 	gap, gapVr float64
-	gapPeak    float64 // the longest recent gap, halving every second
+	gapPeak    float64          // the longest recent gap, halving every second
 	now        func() time.Time // time.Now; tests replace it
 
 	mu      sync.Mutex
