@@ -38,17 +38,7 @@ func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	if err := a.ctx.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	guard := time.After(waitLimit)
-	for i := 0; i < 3; i++ {
-		select {
-		case err := <-errs:
-			if !errors.Is(err, verbs.ErrClosed) {
-				t.Errorf("a waiter returned %v, want ErrClosed", err)
-			}
-		case <-guard:
-			t.Fatalf("%d of 3 waiters still blocked %v after Close", 3-i, waitLimit)
-		}
-	}
+	wantWoken(t, errs, 3, "Close")
 
 	sg := []verbs.SGE{buf.SGE(0, 8)}
 	calls := map[string]error{
@@ -83,15 +73,21 @@ func TestDestroyCompChannelWakesAll(t *testing.T) {
 	if err := ch.DestroyCompChannel(); err != nil {
 		t.Fatal(err)
 	}
+	wantWoken(t, errs, 4, "DestroyCompChannel")
+}
+
+// wantWoken checks that n waiters return ErrClosed on errs after what woke them.
+func wantWoken(t *testing.T, errs <-chan error, n int, what string) {
+	t.Helper()
 	guard := time.After(waitLimit)
-	for i := 0; i < 4; i++ {
+	for i := 0; i < n; i++ {
 		select {
 		case err := <-errs:
 			if !errors.Is(err, verbs.ErrClosed) {
-				t.Errorf("a waiter returned %v, want ErrClosed", err)
+				t.Errorf("a waiter returned %v after %s, want ErrClosed", err, what)
 			}
 		case <-guard:
-			t.Fatalf("%d of 4 waiters still blocked after DestroyCompChannel", 4-i)
+			t.Fatalf("%d of %d waiters still blocked %v after %s", n-i, n, waitLimit, what)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -170,6 +171,34 @@ func wantRemoteAccessNAK(t *testing.T, rg *pktRig, syns []uint8) {
 	}
 }
 
+// deregMidMessage delivers the first of a message's packets to the responder, deregisters
+// the responder's region reg (then quiesces, as DeregMR does), lets the application reuse
+// buf, delivers the rest, checks that buf did not change and returns the NAK syndromes
+// the responder sent.
+func deregMidMessage(t *testing.T, rg *pktRig, reg *tpt.Region, buf []byte, pkts [][]byte) []uint8 {
+	t.Helper()
+	if len(pkts) < 3 {
+		t.Fatalf("%d packets sent, want 3", len(pkts))
+	}
+	rg.deliver(rg.b, rg.a, pkts[0])
+	rg.sent(rg.b.d)
+	must(t, rg.b.d.MRs().Deregister(reg))
+	rg.b.d.Quiesce()
+	for i := range buf { // the application's buffer again
+		buf[i] = 0xEE
+	}
+	rg.deliver(rg.b, rg.a, pkts[1])
+	rg.deliver(rg.b, rg.a, pkts[2])
+	placed(rg.b.d, func() bool {
+		if !bytes.Equal(buf, bytes.Repeat([]byte{0xEE}, len(buf))) {
+			t.Errorf("the deregistered buffer changed after DeregMR")
+		}
+		return true
+	})
+	syns, _ := naks(t, rg.sent(rg.b.d))
+	return syns
+}
+
 // TestDeregDuringWrite deregisters the target of a multi-packet RDMA WRITE after its
 // FIRST packet was placed: the packets after it place nothing (the application already
 // reuses the buffer) and the message ends in a remote access NAK.
@@ -185,27 +214,7 @@ func TestDeregDuringWrite(t *testing.T) {
 			_, err := rg.a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRWrite, Flags: FlagSignaled, RemoteAddr: md.IOVA(), RKey: md.Key(),
 				SG: []SGE{{Addr: ms.IOVA(), Length: 3000, LKey: ms.Key()}}}})
 			must(t, err)
-			pkts := rg.sent(rg.a.d)
-			if len(pkts) < 3 {
-				t.Fatalf("%d packets sent, want 3", len(pkts))
-			}
-			rg.deliver(rg.b, rg.a, pkts[0])
-			rg.sent(rg.b.d)
-			must(t, rg.b.d.MRs().Deregister(md))
-			rg.b.d.Quiesce()
-			for i := range dst { // the application's buffer again
-				dst[i] = 0xEE
-			}
-			rg.deliver(rg.b, rg.a, pkts[1])
-			rg.deliver(rg.b, rg.a, pkts[2])
-			placed(rg.b.d, func() bool {
-				if !bytes.Equal(dst, bytes.Repeat([]byte{0xEE}, len(dst))) {
-					t.Errorf("the deregistered buffer changed after DeregMR")
-				}
-				return true
-			})
-			syns, _ := naks(t, rg.sent(rg.b.d))
-			wantRemoteAccessNAK(t, rg, syns)
+			wantRemoteAccessNAK(t, rg, deregMidMessage(t, rg, md, dst, rg.sent(rg.a.d)))
 		})
 	}
 }
@@ -261,26 +270,7 @@ func TestDeregDuringSend(t *testing.T) {
 			must(t, err)
 			_, err = rg.a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, Flags: FlagSignaled, SG: []SGE{{Addr: ms.IOVA(), Length: 3000, LKey: ms.Key()}}}})
 			must(t, err)
-			pkts := rg.sent(rg.a.d)
-			if len(pkts) < 3 {
-				t.Fatalf("%d packets sent, want 3", len(pkts))
-			}
-			rg.deliver(rg.b, rg.a, pkts[0])
-			rg.sent(rg.b.d)
-			must(t, rg.b.d.MRs().Deregister(mr))
-			rg.b.d.Quiesce()
-			for i := range rbuf {
-				rbuf[i] = 0xEE
-			}
-			rg.deliver(rg.b, rg.a, pkts[1])
-			rg.deliver(rg.b, rg.a, pkts[2])
-			placed(rg.b.d, func() bool {
-				if !bytes.Equal(rbuf, bytes.Repeat([]byte{0xEE}, len(rbuf))) {
-					t.Errorf("the deregistered receive buffer changed after DeregMR")
-				}
-				return true
-			})
-			syns, _ := naks(t, rg.sent(rg.b.d))
+			syns := deregMidMessage(t, rg, mr, rbuf, rg.sent(rg.a.d))
 			if len(syns) != 1 || wire.AETHValue(syns[0]) != wire.NakRemoteOpError {
 				t.Errorf("responder NAKs %#x, want one remote operational error", syns)
 			}
