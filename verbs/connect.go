@@ -4,6 +4,8 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/softrnic/softrnic/internal/transport"
 )
 
 // RandomPSN returns a starting PSN drawn from crypto/rand. Use it for every connection (as
@@ -26,6 +28,10 @@ type Endpoint struct {
 	// Ordering is the mode this side offers: OrderingWeak if it can do weakly-ordered
 	// mode and wants to. Connect uses weak mode only if both sides offer it.
 	Ordering Ordering
+	// MaxHole is the largest arrival-bitmap span (PSNs) this side's weak mode accepts
+	// (0: the default, 2048). Connect uses the smaller of the two sides' spans, so that
+	// neither sends beyond what the other can hold.
+	MaxHole uint32
 }
 
 // Endpoint describes this QP for a peer, with psn as its first send PSN (pass the same
@@ -34,6 +40,16 @@ type Endpoint struct {
 func (q *QP) Endpoint(psn uint32) Endpoint {
 	c := q.pd.ctx
 	return Endpoint{GID: c.gid, Port: c.Addr().Port(), QPNum: q.QPNum(), PSN: psn & 0xFFFFFF}
+}
+
+// DefaultMaxHole is weak mode's arrival-bitmap span when none is given (PSNs).
+const DefaultMaxHole = transport.DefaultMaxHole
+
+func orDefault(v, d uint32) uint32 {
+	if v == 0 {
+		return d
+	}
+	return v
 }
 
 // ConnectOptions are the attributes Connect sets; zero fields take the defaults shown,
@@ -49,7 +65,8 @@ type ConnectOptions struct {
 	// NoRemoteAccess leaves remote access off (Access is ignored).
 	NoRemoteAccess bool
 	// Ordering is what this side offers; weak mode is used only if the remote endpoint
-	// offers it too (see Endpoint.Ordering). MaxHole sets weak mode's bitmap span.
+	// offers it too (see Endpoint.Ordering). MaxHole is the largest bitmap span this side
+	// accepts; the QP uses the smaller of it and the remote Endpoint's MaxHole.
 	Ordering Ordering
 	MaxHole  uint32
 	// Zero names the fields above whose 0 is meant as 0, not as "the default":
@@ -96,8 +113,12 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	def(&o.MinRNRTimer, ZeroMinRNRTimer, 12)
 	def(&o.MaxRdAtomic, ZeroMaxRdAtomic, 16)
 	ordering := OrderingStrict
+	var maxHole uint32
 	if o.Ordering == OrderingWeak && remote.Ordering == OrderingWeak {
 		ordering = OrderingWeak
+		// The hole span both sides can hold: the smaller of the two.
+		maxHole = orDefault(o.MaxHole, DefaultMaxHole)
+		maxHole = min(maxHole, orDefault(remote.MaxHole, DefaultMaxHole))
 	}
 	steps := []struct {
 		attr QPAttr
@@ -106,7 +127,7 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 		{QPAttr{QPState: StateInit, PortNum: 1, QPAccessFlags: o.Access},
 			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		{QPAttr{QPState: StateRTR, PathMTU: o.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
-			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer, Ordering: ordering, MaxHole: o.MaxHole,
+			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer, Ordering: ordering, MaxHole: maxHole,
 			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, SrcPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
 			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrOrdering},
 		{QPAttr{QPState: StateRTS, SQPSN: sqPSN & 0xFFFFFF, Timeout: o.Timeout, RetryCnt: o.RetryCnt,

@@ -410,6 +410,20 @@ func TestHandlerModeration(t *testing.T) {
 	}
 	sendPlain(t, a, src, 8, 0)
 	waitUntil(t, "the unmoderated event", func() bool { return rec.n.Load() == 4 })
+	pollN(t, b.rcq, 1)
+
+	// A count of 1 with a period: the first completion is the count, at once — the event
+	// is raised with the completion, before the sender's ACK leaves, not a second later.
+	if err := b.rcq.ModifyCQ(&verbs.CQAttr{ModerationCount: 1, ModerationPeriod: verbs.MaxModerationPeriod}, verbs.CQAttrModeration); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rcq.ReqNotifyCQ(false); err != nil {
+		t.Fatal(err)
+	}
+	sendPlain(t, a, src, 9, 0)
+	if st, _ := b.ctx.HandlerStats(0); st.Events != 5 {
+		t.Errorf("%d events once the SEND completed, want 5: ModerationCount 1 waited for the period", st.Events)
+	}
 }
 
 // The arm-then-drain loop in a handler function never misses a completion, with

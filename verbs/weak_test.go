@@ -407,3 +407,46 @@ func TestWeakPacketLoss(t *testing.T) {
 		})
 	}
 }
+
+// The hole span is agreed at connection setup: each Endpoint carries the largest span its
+// side holds and Connect uses the smaller, so a requester with a large span never sends
+// beyond what a responder with a small one can place. With the first packet of a
+// 200-packet WRITE lost, nothing arrives beyond the responder's span (before, the
+// requester's own span of 1024 let it send up to its window, and the responder dropped
+// what lay beyond its 64 as BeyondSpan).
+func TestWeakHoleSpanAgreed(t *testing.T) {
+	var hits atomic.Int32
+	devA := verbs.WithFilter(verbs.DeviceConfig{}, packetFilter(wire.OpWeakWrite, 0x100, netio.Drop, &hits))
+	ctxA := openDevice(t, ipA, devA)
+	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
+	a := newSide(t, ctxA, defaultCap, 64, false)
+	b := newSide(t, ctxB, defaultCap, 64, false)
+	epA, epB := a.qp.Endpoint(0x100), b.qp.Endpoint(0x200)
+	epA.Ordering, epB.Ordering = verbs.OrderingWeak, verbs.OrderingWeak
+	epA.MaxHole, epB.MaxHole = 1024, 64
+	if err := a.qp.Connect(epA.PSN, epB, verbs.ConnectOptions{Ordering: verbs.OrderingWeak, MaxHole: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(epB.PSN, epA, verbs.ConnectOptions{Ordering: verbs.OrderingWeak, MaxHole: 64}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*side{a, b} {
+		if attr, _ := s.qp.QueryQP(); attr.Ordering != verbs.OrderingWeak || attr.MaxHole != 64 {
+			t.Fatalf("QP %#x: %v mode, max hole %d; want weak and the smaller span, 64", s.qp.QPNum(), attr.Ordering, attr.MaxHole)
+		}
+	}
+	const n = 200 << 10
+	src := mustReg(t, a.pd, pattern(n, 420), verbs.AccessLocalWrite)
+	dst := mustReg(t, b.pd, make([]byte, n), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: sge(src, 0, n), RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	wantSendWC(t, pollOne(t, a.scq), 1, verbs.WCRDMAWrite, a.qp)
+	settle(ctxB)
+	checkBytes(t, "WRITE", dst.Buf(), src.Buf())
+	if hits.Load() != 1 {
+		t.Fatal("the first packet was not lost")
+	}
+	if k := b.qp.Counters(); k.BeyondSpan != 0 {
+		t.Errorf("%d packets arrived beyond the responder's span", k.BeyondSpan)
+	}
+}

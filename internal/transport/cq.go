@@ -115,7 +115,7 @@ func (c *CQ) push(e *CQE) bool {
 // (c.mu held).
 func (c *CQ) moderate() bool {
 	c.modSeen++
-	if c.modCount > 1 && c.modSeen >= c.modCount || c.modPeriod <= 0 && c.modCount <= 1 {
+	if c.modCount > 0 && c.modSeen >= c.modCount || c.modPeriod <= 0 {
 		if c.modTimer != nil {
 			c.modTimer.Stop()
 		}

@@ -422,3 +422,44 @@ func TestWeakReadBeyondSpanSlotHeld(t *testing.T) {
 		t.Errorf("BeyondSpan %d, want 1", s.BeyondSpan)
 	}
 }
+
+// The out-of-order-messages limit acts: with a hard limit of 2 and HardDrop, the third
+// message completed behind a hole drops the connection (before, nothing counted towards
+// it, and a QP held any number of messages behind a hole).
+func TestLimitOOOMsgsActs(t *testing.T) {
+	rg := newRig(t, Weak)
+	var lc LimitConfig
+	lc.Limits[LimitOOOMsgs] = Limit{Hard: 2}
+	lc.OnHard = HardDrop
+	rg.b.qp.SetLimits(&lc)
+	buf := make([]byte, 16*64)
+	rg.postRecvs(t, reg(t, rg.b.d, buf), 16, 64)
+	for i := uint32(1); i <= 3; i++ { // PSN 0 (message 0) never arrives: a hole
+		rg.deliver(rg.b, rg.a, rg.send1(i, i, []byte("held")))
+	}
+	s := rg.b.qp.LimitStats()
+	if s.HardHits[LimitOOOMsgs] != 1 || rg.b.qp.State() != StateErr {
+		t.Errorf("after 3 messages behind a hole with a hard limit of 2: hard hits %d, QP %v; want 1 and ERR",
+			s.HardHits[LimitOOOMsgs], rg.b.qp.State())
+	}
+	if s.Peak[LimitOOOMsgs] != 3 {
+		t.Errorf("peak out-of-order messages %d, want 3", s.Peak[LimitOOOMsgs])
+	}
+}
+
+// PlacedOutOfOrder counts what was placed: a packet beyond a hole that the limit queue
+// refuses is not counted (before, it was counted before the limit check).
+func TestPlacedOutOfOrderAfterLimits(t *testing.T) {
+	rg := newRig(t, Weak)
+	var lc LimitConfig
+	lc.Limits[LimitOOOSegs] = Limit{Hard: 1}
+	lc.OnHard = HardRNR
+	rg.b.qp.SetLimits(&lc)
+	buf := make([]byte, 16*64)
+	rg.postRecvs(t, reg(t, rg.b.d, buf), 16, 64)
+	rg.deliver(rg.b, rg.a, rg.send1(2, 2, []byte("one"))) // PSNs 0 and 1 missing
+	rg.deliver(rg.b, rg.a, rg.send1(3, 3, []byte("two"))) // a second segment ahead: refused
+	if s := rg.b.qp.Stats(); s.PlacedOutOfOrder != 1 || s.RNRNAKsSent != 1 {
+		t.Errorf("PlacedOutOfOrder %d, RNR NAKs %d; want 1 placed and 1 refused", s.PlacedOutOfOrder, s.RNRNAKsSent)
+	}
+}

@@ -586,13 +586,21 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	if q.lq != nil {
 		var add [NumLimits]uint32
 		if recv {
+			got := uint32(0) // packets of the message already here
 			if m := &ws.msgs[o.Seq&(ws.span-1)]; !m.valid || m.rsn != o.Seq {
 				add[LimitInOrderMsgs] = 1
 				if q.srq {
 					add[LimitSRQHeld] = 1
 				}
+			} else {
+				got = m.got
 			}
 			add[LimitInOrderSegs] = 1
+			if got+1 == npk && psn != ws.arrived.Base() {
+				// The packet completes its message behind a hole: one more message held
+				// out of order until the hole closes.
+				add[LimitOOOMsgs] = 1
+			}
 		}
 		if psn != ws.arrived.Base() {
 			add[LimitOOOSegs] = 1
