@@ -335,6 +335,15 @@ func TestReadResponsesBudgeted(t *testing.T) {
 	a2, b2 := rg.addPair(t, Ordered)
 	src := make([]byte, 1<<20)
 	ms := reg(t, rg.b.d, src)
+	// The test is the responder's receive path: hold it, so that the device's own receive
+	// goroutine (which also sends pending rounds) cannot run rounds in between.
+	d := rg.b.d
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
+	deliver := func(to, from *side, pkt []byte) {
+		d.input(pkt, from.d.LocalAddr())
+		d.finishBatch()
+	}
 	for i := uint32(0); i < 4; i++ {
 		op := wire.OpReadRequest
 		pkt := make([]byte, op.Info().HdrLen)
@@ -342,7 +351,7 @@ func TestReadResponsesBudgeted(t *testing.T) {
 		bth.Put(pkt)
 		reth := wire.RETH{VA: ms.IOVA(), RKey: ms.Key(), DMALen: 1 << 20}
 		reth.Put(pkt[wire.BTHLen:])
-		rg.deliver(rg.b, rg.a, seal(rg.a, rg.b, pkt))
+		deliver(rg.b, rg.a, seal(rg.a, rg.b, pkt))
 	}
 	responses := func(pkts [][]byte) (n int, ackAt int) {
 		ackAt = -1
@@ -372,7 +381,7 @@ func TestReadResponsesBudgeted(t *testing.T) {
 	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: b2.qp.QPN(), PSN: 0, AckReq: true}
 	bth.Put(pkt)
 	pkt = append(pkt, "8 bytes!"...)
-	rg.deliver(b2, a2, seal(a2, b2, pkt))
+	deliver(b2, a2, seal(a2, b2, pkt))
 	during, ackAt := responses(rg.sent(rg.b.d))
 	if ackAt < 0 {
 		t.Fatal("no ACK for the other QP's SEND")
@@ -384,9 +393,7 @@ func TestReadResponsesBudgeted(t *testing.T) {
 	// The rest goes out round by round.
 	total := before + during
 	for i := 0; i < 4096 && total < 4096; i++ {
-		rg.b.d.rxMu.Lock()
-		rg.b.d.finishBatch()
-		rg.b.d.rxMu.Unlock()
+		d.finishBatch()
 		n, _ := responses(rg.sent(rg.b.d))
 		total += n
 	}
