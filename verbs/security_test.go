@@ -26,13 +26,19 @@ func forgedSend(t *testing.T, src netip.AddrPort, dev *verbs.Context, qp *verbs.
 	bth.Put(pkt)
 	pkt = append(pkt, payload...)
 	pkt = append(pkt, make([]byte, wire.PadFor(len(payload)))...)
+	sendRaw(t, uc, dev, pkt)
+}
+
+// sendRaw appends the ICRC to pkt (headers, payload and pad) as uc's address and port
+// make it, and sends it from uc to dev.
+func sendRaw(t testing.TB, uc *net.UDPConn, dev *verbs.Context, pkt []byte) {
+	t.Helper()
 	local := uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	f := wire.Flow{Src: local.Addr(), Dst: dev.Addr().Addr(), SrcPort: local.Port(), DstPort: dev.Addr().Port(), DF: true}
 	var icrc [4]byte
 	wire.PutICRC(icrc[:], f.ICRC(pkt))
-	pkt = append(pkt, icrc[:]...)
-	if _, err := uc.WriteToUDPAddrPort(pkt, dev.Addr()); err != nil {
-		t.Fatal(err)
+	if _, err := uc.WriteToUDPAddrPort(append(pkt, icrc[:]...), dev.Addr()); err != nil {
+		t.Error(err)
 	}
 }
 

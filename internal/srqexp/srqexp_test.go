@@ -36,8 +36,11 @@ func TestSharedVersusPerQP(t *testing.T) {
 	if rs.RegisteredBytes*4 > rp.RegisteredBytes {
 		// The provisioner sizes the SRQ for the gaps between its refills, which grow when
 		// the machine is busy: only a machine with CPU to spare shows the saving.
-		testutil.SkipIfBusy(t, "the shared SRQ's size follows how late its refills come")
-		t.Errorf("shared SRQ registered %d bytes, per-QP %d: expected far less", rs.RegisteredBytes, rp.RegisteredBytes)
+		if busy, share := testutil.Busy(); busy {
+			t.Logf("memory not judged: the machine is busy (%.0f%% of the CPUs to spare), and the SRQ's size follows how late its refills come", share*100)
+		} else {
+			t.Errorf("shared SRQ registered %d bytes, per-QP %d: expected far less", rs.RegisteredBytes, rp.RegisteredBytes)
+		}
 	}
 	if rs.HostileDecision == "" || rs.HostileRefused == 0 {
 		t.Errorf("hostile connection was never stopped (delivered %d, refused %d)", rs.HostileDelivered, rs.HostileRefused)
