@@ -4,7 +4,9 @@
 // sum of the means plus a margin for the variance that makes running dry no likelier than
 // a configured probability, times the time the SRQ must last until the next refill — the
 // interval, or the gap between refills as measured when the machine is busy and they come
-// late (its mean plus the same margin) — never below a floor. It follows the target as connections come, go and
+// late (its mean plus the same margin) — never below a floor. When the target needs more
+// room than the SRQ has, it resizes the SRQ (ModifySRQ, within configured bounds), and
+// shrinks it again when demand falls. It follows the target as connections come, go and
 // change: it posts buffers from a pool of registered memory (registered in chunks, so the
 // memory follows the target too) and retires buffers the consumer returns while the SRQ is
 // above target; the SRQ's low-watermark event makes it refill early. Each connection's
@@ -51,6 +53,11 @@ type Config struct {
 	Chunk int
 	// Limits, if set, is installed on every connection attached.
 	Limits *verbs.LimitConfig
+	// MinDepth and MaxDepth bound the SRQ's size (max_wr): the manager resizes the SRQ
+	// (ModifySRQ with SRQAttrMaxWR) up to MaxDepth when the target needs more room, and
+	// back down, never below MinDepth, when a quarter of it would do. Defaults: the SRQ's
+	// size when New is called, and the device's max_srq_wr.
+	MinDepth, MaxDepth int
 }
 
 // Stats describe the SRQ's provisioning.
@@ -62,6 +69,8 @@ type Stats struct {
 	RegisteredBytes int64 // memory registered for receive buffers
 	Refills         uint64
 	LimitEvents     uint64
+	Depth           int    // the SRQ's size (max_wr) now
+	Resizes         uint64 // times the manager resized the SRQ
 	Conns           []ConnStats
 }
 
@@ -111,6 +120,7 @@ type Manager struct {
 	conns   map[*verbs.QP]*conn
 	refills uint64
 	events  uint64
+	resizes uint64
 	closed  bool
 	done    chan struct{} // closed by Close: stops Run
 }
@@ -134,6 +144,15 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = 64
+	}
+	if cfg.MinDepth <= 0 {
+		cfg.MinDepth = cfg.SRQ.QuerySRQ().MaxWR
+	}
+	if cfg.MaxDepth <= 0 {
+		cfg.MaxDepth = cfg.PD.Context().QueryDevice().MaxSRQWR
+	}
+	if cfg.MaxDepth < cfg.MinDepth {
+		return nil, fmt.Errorf("srqmgr: MaxDepth %d below MinDepth %d", cfg.MaxDepth, cfg.MinDepth)
 	}
 	m := &Manager{cfg: cfg, z: normalQuantile(1 - cfg.Overflow), lent: map[int]bool{}, conns: map[*verbs.QP]*conn{}, done: make(chan struct{}), now: time.Now}
 	m.mu.Lock()
@@ -303,6 +322,25 @@ func (m *Manager) shrink() {
 	}
 }
 
+// resize grows the SRQ when target does not fit (to twice its size or the target, within
+// MaxDepth) and shrinks it when a quarter of it would do (to twice the target, within
+// MinDepth, never below what is posted); it returns the size (m.mu held).
+func (m *Manager) resize(target int) int {
+	depth := m.cfg.SRQ.QuerySRQ().MaxWR
+	want := depth
+	switch {
+	case target > depth && depth < m.cfg.MaxDepth:
+		want = min(max(2*depth, target), m.cfg.MaxDepth)
+	case 4*target < depth && depth > m.cfg.MinDepth:
+		want = min(depth, max(2*target, m.cfg.MinDepth, m.cfg.SRQ.Posted()))
+	}
+	if want != depth && m.cfg.SRQ.ModifySRQ(&verbs.SRQAttr{MaxWR: want}, verbs.SRQAttrMaxWR) == nil {
+		m.resizes++
+		return want
+	}
+	return depth
+}
+
 // arm sets the SRQ's low watermark to a quarter of the target (m.mu held).
 func (m *Manager) arm() {
 	_ = m.cfg.SRQ.ModifySRQ(&verbs.SRQAttr{SRQLimit: max(1, m.target/4)}, verbs.SRQAttrLimit)
@@ -362,8 +400,8 @@ func (m *Manager) Tick() {
 	if m.closed {
 		return
 	}
-	t := int(math.Ceil((sumMean + m.z*math.Sqrt(sumVar)) * cover))
-	m.target = min(max(t, m.cfg.Floor), m.cfg.SRQ.QuerySRQ().MaxWR)
+	t := max(int(math.Ceil((sumMean+m.z*math.Sqrt(sumVar))*cover)), m.cfg.Floor)
+	m.target = min(t, m.resize(t))
 	if m.cfg.SRQ.Posted() < m.target {
 		m.refills++
 	}
@@ -416,7 +454,8 @@ func (m *Manager) Summary() Stats {
 
 func (m *Manager) summary() Stats {
 	posted := m.cfg.SRQ.Posted()
-	s := Stats{Target: m.target, Posted: posted, InUse: m.nlent - posted, Free: len(m.free), Refills: m.refills, LimitEvents: m.events}
+	s := Stats{Target: m.target, Posted: posted, InUse: m.nlent - posted, Free: len(m.free), Refills: m.refills, LimitEvents: m.events,
+		Depth: m.cfg.SRQ.QuerySRQ().MaxWR, Resizes: m.resizes}
 	for _, c := range m.chunks {
 		if c != nil {
 			s.RegisteredBytes += int64(c.mr.Len())

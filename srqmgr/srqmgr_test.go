@@ -265,3 +265,43 @@ func TestTargetCoversLateRefills(t *testing.T) {
 		t.Errorf("late refills: target %d, want about 120 (40 per 10 ms over 30 ms) and its margin", late)
 	}
 }
+
+// The manager resizes the SRQ: demand above its size grows it (the target is not clamped
+// to the size the SRQ was created with), and when demand falls it shrinks back, never
+// below MinDepth.
+func TestResizesSRQ(t *testing.T) {
+	const n = 8
+	r := newRig(t, n, 64)
+	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5, MaxDepth: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	clock := time.Unix(0, 0)
+	m.now = func() time.Time { clock = clock.Add(m.cfg.Interval); return clock }
+	for _, qp := range r.rqps {
+		m.Attach(qp)
+	}
+	step := func(per, ticks int) Stats {
+		k := make([]int, n)
+		for i := range k {
+			k[i] = per
+		}
+		for i := 0; i < ticks; i++ {
+			r.send(t, m, k)
+			m.Tick()
+		}
+		return m.Stats()
+	}
+	high := step(40, 8) // 320 per interval, five times the SRQ's 64
+	if high.Depth < 320 || high.Target < 320 || high.Posted < high.Target {
+		t.Fatalf("high demand: SRQ size %d, target %d, posted %d; want all at least 320", high.Depth, high.Target, high.Posted)
+	}
+	low := step(1, 24)
+	if low.Depth >= high.Depth || low.Depth < 64 {
+		t.Fatalf("low demand: SRQ size %d (was %d); want it smaller, and not below MinDepth 64", low.Depth, high.Depth)
+	}
+	if low.Resizes < 2 {
+		t.Errorf("%d resizes, want at least one up and one down", low.Resizes)
+	}
+}
