@@ -469,4 +469,32 @@ func TestPlacedOutOfOrderAfterLimits(t *testing.T) {
 	if s := rg.b.qp.Stats(); s.PlacedOutOfOrder != 1 || s.RNRNAKsSent != 1 {
 		t.Errorf("PlacedOutOfOrder %d, RNR NAKs %d; want 1 placed and 1 refused", s.PlacedOutOfOrder, s.RNRNAKsSent)
 	}
+	if ls := rg.b.qp.LimitStats(); ls.HardHits[LimitOOOSegs] != 1 || ls.Decisions[DecideHardRNR] != 1 {
+		t.Errorf("out-of-order segments limit: %d hard hits, %d hard RNRs; want 1 and 1", ls.HardHits[LimitOOOSegs], ls.Decisions[DecideHardRNR])
+	}
+}
+
+// In weak mode several messages can be in progress at once; the in-order-messages limit
+// bounds them: with a hard limit of 2 (RNR), the first packet of a third two-packet SEND
+// started before the others complete is refused.
+func TestLimitInOrderMsgsWeak(t *testing.T) {
+	rg := newRig(t, Weak)
+	var lc LimitConfig
+	lc.Limits[LimitInOrderMsgs] = Limit{Hard: 2}
+	lc.OnHard = HardRNR
+	rg.b.qp.SetLimits(&lc)
+	buf := make([]byte, 16*4096)
+	rg.postRecvs(t, reg(t, rg.b.d, buf), 16, 4096)
+	for m := uint32(0); m < 3; m++ { // messages 0, 1, 2 at PSNs 0-1, 2-3, 4-5: first packets only
+		o := wire.OOH{Seq: m, Offset: 0, Length: 2048, Flags: wire.OOHRecv, TxSeq: m + 1}
+		rg.deliver(rg.b, rg.a, rg.weakData(wire.OpWeakSend, 2*m, o, nil, 0, make([]byte, 1024)))
+	}
+	ls := rg.b.qp.LimitStats()
+	if ls.HardHits[LimitInOrderMsgs] != 1 || ls.Peak[LimitInOrderMsgs] != 3 || rg.b.qp.Stats().RNRNAKsSent != 1 {
+		t.Errorf("three messages started: %d hard hits, peak %d, %d RNR NAKs; want 1, 3 and 1",
+			ls.HardHits[LimitInOrderMsgs], ls.Peak[LimitInOrderMsgs], rg.b.qp.Stats().RNRNAKsSent)
+	}
+	if st := rg.b.qp.State(); st != StateRTS {
+		t.Errorf("QP in %v after an RNR refusal, want RTS", st)
+	}
 }

@@ -27,12 +27,16 @@ type LimitKind uint8
 
 // Dimensions.
 const (
-	LimitSRQHeld     LimitKind = iota // SRQ receive WQEs taken whose completions the consumer has not polled
-	LimitInOrderMsgs                  // messages being received in order: started, not complete
-	LimitInOrderSegs                  // packets received of those messages
-	LimitOOOMsgs                      // weak mode: messages complete beyond a hole, held
-	LimitOOOSegs                      // weak mode: packets received beyond the first hole
-	LimitHoleSpan                     // weak mode: PSNs from the first missing to the highest received
+	LimitSRQHeld LimitKind = iota // SRQ receive WQEs taken whose completions the consumer has not polled
+	// LimitInOrderMsgs counts messages being received: started, not complete. An ordered
+	// QP receives one message at a time, so there it is 0 or 1 (a limit of 1 never
+	// refuses); a weakly-ordered QP can have many in progress at once, their packets
+	// interleaved or arriving ahead of earlier messages, and there the limit bounds them.
+	LimitInOrderMsgs
+	LimitInOrderSegs // packets received of those messages
+	LimitOOOMsgs     // weak mode: messages complete beyond a hole, held
+	LimitOOOSegs     // weak mode: packets received beyond the first hole
+	LimitHoleSpan    // weak mode: PSNs from the first missing to the highest received
 	NumLimits
 )
 
