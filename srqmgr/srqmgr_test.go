@@ -110,26 +110,14 @@ func TestTargetFollowsDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	// A clock that advances one interval per Tick: demand per Tick is demand per interval.
-	clock := time.Unix(0, 0)
-	m.now = func() time.Time { clock = clock.Add(m.cfg.Interval); return clock }
+	tickEveryInterval(m)
 	for _, qp := range r.rqps {
 		m.Attach(qp)
 	}
 	if s := m.Stats(); s.Target != 8 || s.Posted != 8 {
 		t.Fatalf("initial %+v", s)
 	}
-	step := func(per int, ticks int) Stats {
-		k := make([]int, n)
-		for i := range k {
-			k[i] = per
-		}
-		for i := 0; i < ticks; i++ {
-			r.send(t, m, k)
-			m.Tick()
-		}
-		return m.Stats()
-	}
+	step := r.stepper(t, m)
 	low := step(2, 8)
 	high := step(40, 8)
 	down := step(2, 16)
@@ -277,22 +265,11 @@ func TestResizesSRQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	clock := time.Unix(0, 0)
-	m.now = func() time.Time { clock = clock.Add(m.cfg.Interval); return clock }
+	tickEveryInterval(m)
 	for _, qp := range r.rqps {
 		m.Attach(qp)
 	}
-	step := func(per, ticks int) Stats {
-		k := make([]int, n)
-		for i := range k {
-			k[i] = per
-		}
-		for i := 0; i < ticks; i++ {
-			r.send(t, m, k)
-			m.Tick()
-		}
-		return m.Stats()
-	}
+	step := r.stepper(t, m)
 	high := step(40, 8) // 320 per interval, five times the SRQ's 64
 	if high.Depth < 320 || high.Target < 320 || high.Posted < high.Target {
 		t.Fatalf("high demand: SRQ size %d, target %d, posted %d; want all at least 320", high.Depth, high.Target, high.Posted)
@@ -303,5 +280,28 @@ func TestResizesSRQ(t *testing.T) {
 	}
 	if low.Resizes < 2 {
 		t.Errorf("%d resizes, want at least one up and one down", low.Resizes)
+	}
+}
+
+// tickEveryInterval gives m a clock that advances one interval per Tick: demand per Tick
+// is demand per interval, however long the test's sends take.
+func tickEveryInterval(m *Manager) {
+	clock := time.Unix(0, 0)
+	m.now = func() time.Time { clock = clock.Add(m.cfg.Interval); return clock }
+}
+
+// stepper returns a function that, ticks times, sends per messages on every connection of
+// the rig and Ticks m, then returns m's stats.
+func (r *rig) stepper(t *testing.T, m *Manager) func(per, ticks int) Stats {
+	return func(per, ticks int) Stats {
+		k := make([]int, len(r.sqps))
+		for i := range k {
+			k[i] = per
+		}
+		for i := 0; i < ticks; i++ {
+			r.send(t, m, k)
+			m.Tick()
+		}
+		return m.Stats()
 	}
 }
