@@ -1,6 +1,7 @@
 package verbs_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -427,8 +428,9 @@ func TestHandlerModeration(t *testing.T) {
 }
 
 // The arm-then-drain loop in a handler function never misses a completion, with
-// completions arriving at any moment (and CQs moving between handlers meanwhile): every
-// message is received, each event comes from one arming, none twice.
+// completions arriving at any moment (and CQs moving between handlers, and off them to
+// their completion channel and back, meanwhile): every message is received, each event
+// comes from one arming, none twice.
 func TestHandlerRebindUnderLoad(t *testing.T) {
 	const ncq, perQP = 4, 2000
 	// Four connections between two devices, each with its own receive CQ.
@@ -443,8 +445,14 @@ func TestHandlerRebindUnderLoad(t *testing.T) {
 	}
 	conns := make([]*conn, ncq)
 	byCQ := map[*verbs.CQ]*conn{}
+	// The receive CQs have a completion channel: unbound from the handlers (NoHandler),
+	// their events go there, and a goroutine hands them to the same function.
+	ch, err := devB.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range conns {
-		c := &conn{a: newSide(t, devA, defaultCap, 1024, false), b: newSide(t, devB, defaultCap, 1024, false)}
+		c := &conn{a: newSide(t, devA, defaultCap, 1024, false), b: newSideRecvChannel(t, devB, ch)}
 		connect(t, c.a.qp, 0x10, c.b.qp.Endpoint(0x20), defaultLink())
 		connect(t, c.b.qp, 0x20, c.a.qp.Endpoint(0x10), defaultLink())
 		c.src = mustReg(t, c.a.pd, make([]byte, 64), 0)
@@ -499,6 +507,22 @@ func TestHandlerRebindUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var viaChannel atomic.Int64
+	chanCtx, chanStop := context.WithCancel(context.Background())
+	chanDone := make(chan struct{})
+	go func() {
+		defer close(chanDone)
+		for {
+			cq, err := ch.GetCQEvent(chanCtx)
+			if err != nil {
+				return
+			}
+			cq.AckCQEvents(1)
+			viaChannel.Add(1)
+			fn(-1, cq)
+		}
+	}()
+	defer func() { chanStop(); <-chanDone }()
 	for _, c := range conns {
 		c.armed.Store(true)
 		if err := c.b.rcq.ReqNotifyCQ(false); err != nil {
@@ -548,7 +572,11 @@ func TestHandlerRebindUnderLoad(t *testing.T) {
 			t.Fatalf("timed out: %d of %d messages handled (an event was lost?)", total, ncq*perQP)
 		}
 		c := conns[rebinds%ncq]
-		if err := c.b.rcq.ModifyCQ(&verbs.CQAttr{Handler: rebinds % 3}, verbs.CQAttrHandler); err != nil {
+		h := rebinds % 4 // handlers 0, 1, 2, and none (the channel)
+		if h == 3 {
+			h = verbs.NoHandler
+		}
+		if err := c.b.rcq.ModifyCQ(&verbs.CQAttr{Handler: h}, verbs.CQAttrHandler); err != nil {
 			t.Fatal(err)
 		}
 		rebinds++
@@ -574,7 +602,7 @@ func TestHandlerRebindUnderLoad(t *testing.T) {
 			t.Errorf("handler %d dropped %d events", id, st.Dropped)
 		}
 	}
-	t.Logf("%d messages, %d events, %d re-bindings", ncq*perQP, events, rebinds)
+	t.Logf("%d messages, %d events by handlers and %d through the channel, %d re-bindings", ncq*perQP, events, viaChannel.Load(), rebinds)
 }
 
 // Priorities decide dispatch order: with two handlers' events pending at once, the
@@ -811,5 +839,73 @@ func TestHandlerRealTime(t *testing.T) {
 	}
 	if st, _ := ctx.HandlerStats(0); !st.RealTime || st.Nice != 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// newSideRecvChannel is newSide whose receive CQ has the completion channel ch.
+func newSideRecvChannel(t *testing.T, ctx *verbs.Context, ch *verbs.CompChannel) *side {
+	t.Helper()
+	s := &side{ctx: ctx, scq: mustCQ(t, ctx, 1024, nil), rcq: mustCQ(t, ctx, 1024, ch)}
+	var err error
+	if s.pd, err = ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Cap: defaultCap}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// An event queued for a handler whose function is removed before it runs is re-routed to
+// the CQ's completion channel (and counted as Rerouted), not lost.
+func TestHandlerRemovedEventRerouted(t *testing.T) {
+	devB := openDevice(t, ipB, verbs.DeviceConfig{CompletionHandlers: []verbs.HandlerConfig{{}}})
+	devA := openDevice(t, ipA, verbs.DeviceConfig{})
+	ch, err := devB.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newSide(t, devA, defaultCap, 64, false), newSideRecvChannel(t, devB, ch)
+	connect(t, a.qp, 0x10, b.qp.Endpoint(0x20), defaultLink())
+	connect(t, b.qp, 0x20, a.qp.Endpoint(0x10), defaultLink())
+	src := mustReg(t, a.pd, make([]byte, 64), 0)
+	dst := mustReg(t, b.pd, make([]byte, 64*4), verbs.AccessLocalWrite)
+	postRecvs(t, b, dst, 4)
+	if err := b.rcq.ModifyCQ(&verbs.CQAttr{Handler: 0}, verbs.CQAttrHandler); err != nil {
+		t.Fatal(err)
+	}
+	inCall, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	if err := devB.SetCompletionHandler(0, func(int, *verbs.CQ) {
+		if calls.Add(1) == 1 {
+			close(inCall)
+			<-release // hold the handler while the next event queues behind this one
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rcq.ReqNotifyCQ(false); err != nil {
+		t.Fatal(err)
+	}
+	sendPlain(t, a, src, 1, 0)
+	<-inCall
+	if err := b.rcq.ReqNotifyCQ(false); err != nil {
+		t.Fatal(err)
+	}
+	sendPlain(t, a, src, 2, 0) // its event queues behind the running call
+	waitUntil(t, "the second event queued", func() bool { st, _ := devB.HandlerStats(0); return st.Events == 2 })
+	if err := devB.SetCompletionHandler(0, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	c, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	cq, err := ch.GetCQEvent(c)
+	if err != nil || cq != b.rcq {
+		t.Fatalf("GetCQEvent: %v, %v; want the re-routed event of the receive CQ", cq, err)
+	}
+	cq.AckCQEvents(1)
+	if st, _ := devB.HandlerStats(0); st.Rerouted != 1 || st.Calls != 1 {
+		t.Errorf("handler stats %+v: want 1 call and 1 event re-routed", st)
 	}
 }
