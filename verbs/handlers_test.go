@@ -909,3 +909,58 @@ func TestHandlerRemovedEventRerouted(t *testing.T) {
 		t.Errorf("handler stats %+v: want 1 call and 1 event re-routed", st)
 	}
 }
+
+// ScheduleEvent puts the CQ's event at the back of its handler's queue: a CQ that
+// reschedules itself while another CQ's event waits is called again after that one (X, Y,
+// X), as a NAPI poll function yields to the others.
+func TestHandlerScheduleEventOrder(t *testing.T) {
+	devB := openDevice(t, ipB, verbs.DeviceConfig{CompletionHandlers: []verbs.HandlerConfig{{}}})
+	devA := openDevice(t, ipA, verbs.DeviceConfig{})
+	var a, b [2]*side
+	for i := range a {
+		a[i], b[i] = newSide(t, devA, defaultCap, 64, false), newSide(t, devB, defaultCap, 64, false)
+		connect(t, a[i].qp, 0x10, b[i].qp.Endpoint(0x20), defaultLink())
+		connect(t, b[i].qp, 0x20, a[i].qp.Endpoint(0x10), defaultLink())
+		postRecvs(t, b[i], mustReg(t, b[i].pd, make([]byte, 4096), verbs.AccessLocalWrite), 4)
+		if err := b[i].rcq.ModifyCQ(&verbs.CQAttr{Handler: 0}, verbs.CQAttrHandler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, y := b[0].rcq, b[1].rcq
+	src := mustReg(t, a[0].pd, make([]byte, 64), 0)
+	srcY := mustReg(t, a[1].pd, make([]byte, 64), 0)
+	inCall, yQueued := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	if err := devB.SetCompletionHandler(0, func(_ int, cq *verbs.CQ) {
+		mu.Lock()
+		name := map[*verbs.CQ]string{x: "X", y: "Y"}[cq]
+		order = append(order, name)
+		first := len(order) == 1
+		mu.Unlock()
+		if first {
+			close(inCall)
+			<-yQueued // Y's event now waits behind this call
+			if err := x.ScheduleEvent(); err != nil {
+				t.Error(err)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cq := range []*verbs.CQ{x, y} {
+		if err := cq.ReqNotifyCQ(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendPlain(t, a[0], src, 1, 0)
+	<-inCall
+	sendPlain(t, a[1], srcY, 2, 0)
+	close(yQueued)
+	waitUntil(t, "three calls", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if order[0] != "X" || order[1] != "Y" || order[2] != "X" {
+		t.Errorf("calls %v, want [X Y X]: the rescheduled CQ after the one waiting", order)
+	}
+}
