@@ -274,6 +274,10 @@ func (p *printer) print(r perf.Result) {
 				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
 				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,
 				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted, c.SendCalls, c.RecvCalls, c.GSOSends)
+			if c.WrongSource+c.WrongMode+c.UnknownQP+c.SendErrors+c.SendBlocked > 0 {
+				fmt.Printf("  %-6s dropped from other sources %d, of the other ordering mode %d, for unknown QPs %d; sends refused by the kernel %d, sends that waited for buffer space %d\n",
+					side.name, c.WrongSource, c.WrongMode, c.UnknownQP, c.SendErrors, c.SendBlocked)
+			}
 			if c.SACKsSent+c.SACKsReceived > 0 || c.PlacedOutOfOrder > 0 {
 				fmt.Printf("  %-6s weak: placed out of order %d, holes opened/closed %d/%d, SACKs sent/recv %d/%d, selective retransmits %d, beyond span %d\n",
 					side.name, c.PlacedOutOfOrder, c.HolesOpened, c.HolesClosed, c.SACKsSent, c.SACKsReceived, c.SelectiveRetransmits, c.BeyondSpan)
