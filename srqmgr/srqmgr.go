@@ -15,8 +15,11 @@
 // does not raise its measured demand, so flooding earns no larger share. Everything is
 // decided locally.
 //
-// The consumer reads a message with Buffer(wc.WRID) and hands the buffer back with
-// Release(wc.WRID) when it is done with it.
+// The common path is one call, Start, then Consume for each receive completion (which
+// reads the message and hands the buffer back); Start runs the manager, which also
+// refills the SRQ between its measurements when it runs low, so the SRQ limit event need
+// not be passed on. The parts are there for other arrangements: New and Run, Buffer and
+// Release, HandleEvent for the limit event.
 //
 // A Manager is safe for concurrent use: Buffer, Release, Attach, Detach, HandleEvent, Tick
 // (and Run, which calls it), Stats and Close may be called from any goroutines, e.g. the
@@ -410,10 +413,14 @@ func (m *Manager) Tick() {
 	m.arm()
 }
 
-// Run calls Tick every interval until ctx is done or the manager is closed.
+// Run calls Tick every interval until ctx is done or the manager is closed. Between Ticks
+// it looks at the SRQ ten times an interval and refills it at once when it fell below a
+// quarter of the target, so that the SRQ limit event need not be passed to HandleEvent.
 func (m *Manager) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
+	check := time.NewTicker(max(m.cfg.Interval/10, 100*time.Microsecond))
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -422,8 +429,48 @@ func (m *Manager) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			m.Tick()
+		case <-check.C:
+			m.refillLow()
 		}
 	}
+}
+
+// refillLow refills the SRQ to the target if it fell below a quarter of it.
+func (m *Manager) refillLow() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed && m.cfg.SRQ.Posted() < max(1, m.target/4) {
+		m.refills++
+		_ = m.fill()
+	}
+}
+
+// Start creates a manager for cfg and runs it (Run) until ctx is done or Close: the
+// common path in one call. The consumer then hands each receive completion of the SRQ's
+// QPs to Consume.
+func Start(ctx context.Context, cfg Config) (*Manager, error) {
+	m, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	go m.Run(ctx)
+	return m, nil
+}
+
+// Consume handles a receive completion of one of the manager's buffers: for a successful
+// one it calls fn with the message (the buffer's first wc.ByteLen bytes; fn must not keep
+// it), then releases the buffer. It reports false if wc's WRID is not one of the
+// manager's buffers given to the SRQ.
+func (m *Manager) Consume(wc *verbs.WorkCompletion, fn func(msg []byte)) bool {
+	buf, ok := m.Buffer(wc.WRID)
+	if !ok {
+		return false
+	}
+	if wc.Status == verbs.WCSuccess && fn != nil {
+		fn(buf[:min(int(wc.ByteLen), len(buf))])
+	}
+	m.Release(wc.WRID)
+	return true
 }
 
 // HandleEvent handles an asynchronous event if it is this SRQ's limit event (the SRQ fell
