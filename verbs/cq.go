@@ -160,6 +160,7 @@ func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, 
 	cq.cq.Owner = cq
 	cq.cq.SetNotify(cq.onEvent)
 	c.cqs++
+	c.cqSet[cq] = struct{}{}
 	return cq, nil
 }
 
@@ -422,6 +423,7 @@ func (cq *CQ) DestroyCQ() error {
 	}
 	cq.dead = true
 	c.cqs--
+	delete(c.cqSet, cq)
 	c.mu.Unlock()
 	cq.destroyed.Store(true)
 	cq.cq.Stop()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softrnic/softrnic/internal/netio"
@@ -153,8 +154,8 @@ type Context struct {
 	done   chan struct{} // closed by Close: wakes every waiter
 	events eventQueue
 
-	handlers []*handler // completion handlers, by id
-	byPrio   []*handler // the same, highest priority first
+	hs    atomic.Pointer[handlerSet] // completion handlers
+	cqSet map[*CQ]struct{}           // the device's CQs (guarded by mu), to unbind a removed handler's
 }
 
 // OpenDevice opens a software RDMA device: a UDP socket on cfg.Addr and cfg.Port with
@@ -197,7 +198,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	case cfg.NumCompVectors > 0 && cfg.NumCompVectors != len(hcfg):
 		return nil, fmt.Errorf("verbs: open device: %w: NumCompVectors %d but %d CompletionHandlers", ErrInvalid, cfg.NumCompVectors, len(hcfg))
 	}
-	c := &Context{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{})}
+	c := &Context{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{}), cqSet: map[*CQ]struct{}{}}
 	if err := c.setupHandlers(hcfg); err != nil {
 		return nil, err
 	}
@@ -269,7 +270,11 @@ func (c *Context) Close() error {
 }
 
 // QueryDevice returns the device's attributes.
-func (c *Context) QueryDevice() DeviceAttr { return c.attr }
+func (c *Context) QueryDevice() DeviceAttr {
+	a := c.attr
+	a.NumCompVectors = c.handlerSet().live // handlers may be added and removed
+	return a
+}
 
 // Addr returns the device's IP address and UDP port: where peers send to.
 func (c *Context) Addr() netip.AddrPort { return c.dev.LocalAddr() }

@@ -131,39 +131,144 @@ var epoch = time.Now()
 
 func nanotime() int64 { return int64(time.Since(epoch)) }
 
-// setupHandlers validates the handler configuration and creates the handlers (not their
-// goroutines).
-func (c *Context) setupHandlers(cfgs []HandlerConfig) error {
+// handlerSet is a device's completion handlers: by id (nil where one was removed) and,
+// live ones only, highest priority first. It is replaced, never changed, when handlers are
+// added or removed (under Context.mu), so handler threads read it without a lock.
+type handlerSet struct {
+	byID, byPrio []*handler
+	live         int
+}
+
+// handlerSet returns the device's current handlers.
+func (c *Context) handlerSet() *handlerSet { return c.hs.Load() }
+
+// checkHandlerCPUs checks that every CPU of hc is one this process may run on.
+func checkHandlerCPUs(id int, hc HandlerConfig) error {
 	allowed, err := allowedCPUs()
 	if err != nil {
 		return err
 	}
+	for _, cpu := range hc.CPUs {
+		if cpu < 0 || !allowed.IsSet(cpu) {
+			return fmt.Errorf("verbs: completion handler %d: %w: CPU %d is not one this process may run on (%v)", id, ErrInvalid, cpu, cpuList(allowed))
+		}
+	}
+	return nil
+}
+
+// newHandler makes handler id from hc; prios are the distinct priority levels of the
+// device's handlers (hc's included), which set its nice value and real-time priority. The
+// goroutine starts with the first function (SetCompletionHandler).
+func (c *Context) newHandler(id int, hc HandlerConfig, prios []int) *handler {
+	level := slices.Index(prios, hc.Priority) // 0 for the lowest
+	nice := 0
+	if len(prios) > 1 {
+		nice = (lowestNice*(len(prios)-1-level) + (len(prios)-1)/2) / (len(prios) - 1)
+	}
+	h := &handler{ctx: c, id: id, cpus: slices.Clone(hc.CPUs), prio: hc.Priority, nice: nice,
+		rt: hc.RealTime, rtPrio: 1 + level, done: make(chan struct{})}
+	if h.rt {
+		h.nice = 0
+	}
+	return h
+}
+
+// levels returns the distinct priorities of hs's live handlers and of extra.
+func (hs *handlerSet) levels(extra ...int) []int {
+	prios := slices.Clone(extra)
+	for _, h := range hs.byPrio {
+		prios = append(prios, h.prio)
+	}
+	slices.Sort(prios)
+	return slices.Compact(prios)
+}
+
+// newHandlerSet returns the set of the handlers byID (nil entries: removed ones).
+func newHandlerSet(byID []*handler) *handlerSet {
+	hs := &handlerSet{byID: byID}
+	for _, h := range byID {
+		if h != nil {
+			hs.byPrio = append(hs.byPrio, h)
+		}
+	}
+	hs.live = len(hs.byPrio)
+	slices.SortStableFunc(hs.byPrio, func(a, b *handler) int { return b.prio - a.prio })
+	return hs
+}
+
+// setupHandlers validates the handler configuration and creates the handlers (not their
+// goroutines).
+func (c *Context) setupHandlers(cfgs []HandlerConfig) error {
 	prios := make([]int, 0, len(cfgs))
 	for i, hc := range cfgs {
-		for _, cpu := range hc.CPUs {
-			if cpu < 0 || !allowed.IsSet(cpu) {
-				return fmt.Errorf("verbs: completion handler %d: %w: CPU %d is not one this process may run on (%v)", i, ErrInvalid, cpu, cpuList(allowed))
-			}
+		if err := checkHandlerCPUs(i, hc); err != nil {
+			return err
 		}
 		prios = append(prios, hc.Priority)
 	}
 	slices.Sort(prios)
 	prios = slices.Compact(prios)
+	byID := make([]*handler, 0, len(cfgs))
 	for i, hc := range cfgs {
-		level := slices.Index(prios, hc.Priority) // 0 for the lowest
-		nice := 0
-		if len(prios) > 1 {
-			nice = (lowestNice*(len(prios)-1-level) + (len(prios)-1)/2) / (len(prios) - 1)
-		}
-		h := &handler{ctx: c, id: i, cpus: slices.Clone(hc.CPUs), prio: hc.Priority, nice: nice,
-			rt: hc.RealTime, rtPrio: 1 + level, done: make(chan struct{})}
-		if h.rt {
-			h.nice = 0
-		}
-		c.handlers = append(c.handlers, h)
+		byID = append(byID, c.newHandler(i, hc, prios))
 	}
-	c.byPrio = slices.Clone(c.handlers)
-	slices.SortStableFunc(c.byPrio, func(a, b *handler) int { return b.prio - a.prio })
+	c.hs.Store(newHandlerSet(byID))
+	return nil
+}
+
+// AddCompletionHandler adds a completion handler to the running device and returns its
+// id (the next one; ids are never reused): handlers can be registered as consumers
+// arrive. Its nice value and real-time priority follow its priority's rank among the
+// device's handlers then (the others keep theirs). Bind CQs to it with CreateCQ or
+// ModifyCQ, and give it a function with SetCompletionHandler.
+func (c *Context) AddCompletionHandler(hc HandlerConfig) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(); err != nil {
+		return 0, fmt.Errorf("verbs: AddCompletionHandler: %w", err)
+	}
+	hs := c.handlerSet()
+	id := len(hs.byID)
+	if err := checkHandlerCPUs(id, hc); err != nil {
+		return 0, err
+	}
+	h := c.newHandler(id, hc, hs.levels(hc.Priority))
+	c.hs.Store(newHandlerSet(append(slices.Clone(hs.byID), h)))
+	return id, nil
+}
+
+// RemoveCompletionHandler removes handler id from the running device: the CQs bound to it
+// lose their binding (their events go to their completion channels, as with NoHandler),
+// events already queued to it are passed on the same way, and its thread ends. Its id is
+// not given to another handler.
+func (c *Context) RemoveCompletionHandler(id int) error {
+	h, err := c.handlerAt("RemoveCompletionHandler", id)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	hs := c.handlerSet()
+	if hs.byID[id] != h {
+		c.mu.Unlock()
+		return fmt.Errorf("verbs: RemoveCompletionHandler: %w: completion handler %d was removed", ErrInvalid, id)
+	}
+	byID := slices.Clone(hs.byID)
+	byID[id] = nil
+	c.hs.Store(newHandlerSet(byID))
+	for cq := range c.cqSet {
+		cq.handler.CompareAndSwap(h, nil)
+	}
+	started := h.started
+	c.mu.Unlock()
+	// Queued events find no function and are passed on to the CQs' channels; then the
+	// thread ends.
+	h.fn.Store(nil)
+	if started && !h.stopped.Swap(true) {
+		h.kick()
+		if h.tid.Load() != int32(unix.Gettid()) {
+			<-h.done
+		}
+	}
 	return nil
 }
 
@@ -186,10 +291,14 @@ func cpuList(s *unix.CPUSet) []int {
 }
 
 func (c *Context) handlerAt(op string, id int) (*handler, error) {
-	if id < 0 || id >= len(c.handlers) {
-		return nil, fmt.Errorf("verbs: %s: %w: completion handler %d not in 0..%d", op, ErrInvalid, id, len(c.handlers)-1)
+	hs := c.handlerSet()
+	if id < 0 || id >= len(hs.byID) {
+		return nil, fmt.Errorf("verbs: %s: %w: completion handler %d not in 0..%d", op, ErrInvalid, id, len(hs.byID)-1)
 	}
-	return c.handlers[id], nil
+	if hs.byID[id] == nil {
+		return nil, fmt.Errorf("verbs: %s: %w: completion handler %d was removed", op, ErrInvalid, id)
+	}
+	return hs.byID[id], nil
 }
 
 // SetCompletionHandler registers fn as completion handler id's function (nil removes it:
@@ -392,7 +501,7 @@ func (h *handler) dispatch(ev *handlerEvent) {
 // running its function already, take them before h dispatches its next event.
 func (c *Context) yieldToHigher(h *handler) {
 	var deadline int64
-	for _, o := range c.byPrio {
+	for _, o := range c.handlerSet().byPrio {
 		if o.prio <= h.prio {
 			return
 		}
@@ -415,7 +524,7 @@ func (c *Context) yieldToHigher(h *handler) {
 // for it (except the calling thread's own handler: DestroyCQ from inside the function).
 func (c *Context) forgetCQ(cq *CQ) {
 	self := int32(unix.Gettid())
-	for _, h := range c.handlers {
+	for _, h := range c.handlerSet().byPrio {
 		h.mu.Lock()
 		kept := h.queue[:0]
 		for _, ev := range h.queue {
@@ -442,7 +551,7 @@ func (c *Context) forgetCQ(cq *CQ) {
 // from its function is not waited for.
 func (c *Context) stopHandlers() {
 	self := int32(unix.Gettid())
-	for _, h := range c.handlers {
+	for _, h := range c.handlerSet().byPrio {
 		c.mu.Lock()
 		started := h.started
 		c.mu.Unlock()

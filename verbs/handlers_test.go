@@ -964,3 +964,85 @@ func TestHandlerScheduleEventOrder(t *testing.T) {
 		t.Errorf("calls %v, want [X Y X]: the rescheduled CQ after the one waiting", order)
 	}
 }
+
+// Handlers can be added and removed on a running device (seed 001, Fig. 4: a handler
+// registered as its consumer arrives): QueryDevice counts them, an added one handles its
+// CQs' events, a removed one's CQs fall back to their completion channel, and ids are not
+// reused.
+func TestHandlersAddedAndRemoved(t *testing.T) {
+	devB := openDevice(t, ipB, verbs.DeviceConfig{CompletionHandlers: []verbs.HandlerConfig{{}}})
+	devA := openDevice(t, ipA, verbs.DeviceConfig{})
+	if n := devB.QueryDevice().NumCompVectors; n != 1 {
+		t.Fatalf("NumCompVectors %d, want 1", n)
+	}
+	id, err := devB.AddCompletionHandler(verbs.HandlerConfig{Priority: 1})
+	if err != nil || id != 1 {
+		t.Fatalf("AddCompletionHandler: %d, %v; want id 1", id, err)
+	}
+	if n := devB.QueryDevice().NumCompVectors; n != 2 {
+		t.Fatalf("NumCompVectors %d after adding one, want 2", n)
+	}
+	var calls atomic.Int32
+	if err := devB.SetCompletionHandler(id, func(int, *verbs.CQ) { calls.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := devB.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newSide(t, devA, defaultCap, 64, false), newSideRecvChannel(t, devB, ch)
+	connect(t, a.qp, 0x10, b.qp.Endpoint(0x20), defaultLink())
+	connect(t, b.qp, 0x20, a.qp.Endpoint(0x10), defaultLink())
+	src := mustReg(t, a.pd, make([]byte, 64), 0)
+	postRecvs(t, b, mustReg(t, b.pd, make([]byte, 4096), verbs.AccessLocalWrite), 4)
+	if err := b.rcq.ModifyCQ(&verbs.CQAttr{Handler: id}, verbs.CQAttrHandler); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rcq.ReqNotifyCQ(false); err != nil {
+		t.Fatal(err)
+	}
+	sendPlain(t, a, src, 1, 0)
+	waitUntil(t, "the added handler's call", func() bool { return calls.Load() == 1 })
+	pollN(t, b.rcq, 1)
+
+	if err := devB.RemoveCompletionHandler(id); err != nil {
+		t.Fatal(err)
+	}
+	if n := devB.QueryDevice().NumCompVectors; n != 1 {
+		t.Errorf("NumCompVectors %d after removing one, want 1", n)
+	}
+	if got := b.rcq.QueryCQ().Handler; got != verbs.NoHandler {
+		t.Errorf("CQ of the removed handler bound to %d, want NoHandler", got)
+	}
+	if _, err := devB.HandlerStats(id); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("HandlerStats of a removed handler: %v, want ErrInvalid", err)
+	}
+	if err := devB.RemoveCompletionHandler(id); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("removing it twice: %v, want ErrInvalid", err)
+	}
+	if err := b.rcq.ReqNotifyCQ(false); err != nil {
+		t.Fatal(err)
+	}
+	sendPlain(t, a, src, 2, 0)
+	c, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if cq, err := ch.GetCQEvent(c); err != nil || cq != b.rcq {
+		t.Fatalf("event after the handler was removed: %v, %v; want it on the CQ's channel", cq, err)
+	} else {
+		cq.AckCQEvents(1)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("the removed handler was called %d times, want 1", calls.Load())
+	}
+
+	if id2, err := devB.AddCompletionHandler(verbs.HandlerConfig{}); err != nil || id2 != 2 {
+		t.Errorf("AddCompletionHandler after a removal: %d, %v; want the new id 2", id2, err)
+	}
+	if _, err := devB.AddCompletionHandler(verbs.HandlerConfig{CPUs: []int{-1}}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("a handler on CPU -1: %v, want ErrInvalid", err)
+	}
+	devB.Close()
+	if _, err := devB.AddCompletionHandler(verbs.HandlerConfig{}); !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("AddCompletionHandler after Close: %v, want ErrClosed", err)
+	}
+}
