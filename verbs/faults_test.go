@@ -301,6 +301,7 @@ func wantDuplicate(k pktCounters) error {
 type soakStream struct {
 	name     string
 	qp       *verbs.QP
+	peer     *verbs.QP // the responder's QP (for the failure report)
 	scq      *verbs.CQ // the sender's send CQ
 	peerRCQ  *verbs.CQ // the receiver's receive CQ
 	wrs      []verbs.SendWR
@@ -340,8 +341,14 @@ func (s *soakStream) step(wc []verbs.WorkCompletion) error {
 	k := s.scq.PollCQ(wc)
 	for _, w := range wc[:k] {
 		if w.Status != verbs.WCSuccess || w.WRID != s.wrs[s.complete].WRID {
-			return fmt.Errorf("%s: completion %+v (%v), want WRID %d success; requester %+v",
-				s.name, w, w.Status, s.wrs[s.complete].WRID, s.qp.Counters())
+			var peer verbs.Counters
+			var holes [2]any
+			holes[0] = s.qp.Holes()
+			if s.peer != nil {
+				peer, holes[1] = s.peer.Counters(), s.peer.Holes()
+			}
+			return fmt.Errorf("%s: completion %+v (%v), want WRID %d success; requester %+v\nresponder %+v\nholes requester %+v responder %+v",
+				s.name, w, w.Status, s.wrs[s.complete].WRID, s.qp.Counters(), peer, holes[0], holes[1])
 		}
 		s.complete++
 	}
@@ -424,7 +431,7 @@ func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 		off, len int
 	}
 	var chunks []chunk
-	ab := &soakStream{name: "A to B", qp: a.qp, scq: a.scq, peerRCQ: b.rcq}
+	ab := &soakStream{name: "A to B", qp: a.qp, peer: b.qp, scq: a.scq, peerRCQ: b.rcq}
 	nAtomics := 0
 	for off := 0; off < totalAB; {
 		n := min(1+rng.IntN(1<<20), totalAB-off)
@@ -450,7 +457,7 @@ func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 	}
 
 	// B to A.
-	ba := &soakStream{name: "B to A", qp: b.qp, scq: b.scq, peerRCQ: a.rcq}
+	ba := &soakStream{name: "B to A", qp: b.qp, peer: a.qp, scq: b.scq, peerRCQ: a.rcq}
 	for off := 0; off < totalBA; {
 		n := min(1+rng.IntN(1<<20), totalBA-off)
 		wr := verbs.SendWR{WRID: uint64(1000 + len(ba.wrs)), SendFlags: verbs.SendSignaled, SGList: sge(srcB, off, n),
