@@ -498,3 +498,61 @@ func TestLimitInOrderMsgsWeak(t *testing.T) {
 		t.Errorf("QP in %v after an RNR refusal, want RTS", st)
 	}
 }
+
+// readSeqs returns the read sequence numbers of the weak READ requests in pkts.
+func readSeqs(t *testing.T, pkts [][]byte) []uint32 {
+	t.Helper()
+	var seqs []uint32
+	for _, b := range pkts {
+		var p wire.Packet
+		must(t, p.Decode(b))
+		if p.BTH.Opcode == wire.OpWeakReadReq {
+			o, err := wire.DecodeOOH(p.Ext)
+			must(t, err)
+			seqs = append(seqs, o.Seq)
+		}
+	}
+	return seqs
+}
+
+// In weak mode READs complete out of order; the responder keeps each in the resource slot
+// seq % max_dest_rd_atomic. A requester must not send READ seq+16 while READ seq (whose
+// responses were lost) is incomplete, even with only one READ outstanding: the new one
+// would take the slot the lost responses are replayed from, and the old READ would never
+// complete (seen as a soak that ran out of retries on a busy machine).
+func TestWeakReadSlotNotReusedEarly(t *testing.T) {
+	rg := newRig(t, Weak)
+	const reads = 17
+	src, dst := make([]byte, reads*1024), make([]byte, reads*1024)
+	ms, md := reg(t, rg.b.d, src), reg(t, rg.a.d, dst)
+	for i := 0; i < reads; i++ {
+		_, err := rg.a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRead, Flags: FlagSignaled, RemoteAddr: ms.IOVA() + uint64(i*1024), RKey: ms.Key(),
+			SG: []SGE{{Addr: md.IOVA() + uint64(i*1024), Length: 1024, LKey: md.Key()}}}})
+		must(t, err)
+	}
+	reqs := rg.sent(rg.a.d)
+	if seqs := readSeqs(t, reqs); len(seqs) != 16 {
+		t.Fatalf("%d READ requests sent, want 16 (max_rd_atomic)", len(seqs))
+	}
+	for _, p := range reqs {
+		rg.deliver(rg.b, rg.a, p)
+	}
+	resps := rg.sent(rg.b.d)
+	var lost []byte
+	for _, p := range resps {
+		var pk wire.Packet
+		must(t, pk.Decode(p))
+		if pk.BTH.Opcode == wire.OpReadResponseOnly && lost == nil {
+			lost = p // READ 0's response: lost
+			continue
+		}
+		rg.deliver(rg.a, rg.b, p)
+	}
+	if seqs := readSeqs(t, rg.sent(rg.a.d)); len(seqs) != 0 {
+		t.Fatalf("READ requests %v sent while READ 0 is incomplete: READ 16 would take its responder slot", seqs)
+	}
+	rg.deliver(rg.a, rg.b, lost)
+	if seqs := readSeqs(t, rg.sent(rg.a.d)); len(seqs) != 1 || seqs[0] != 16 {
+		t.Errorf("after READ 0 completed: READ requests %v, want READ 16", seqs)
+	}
+}

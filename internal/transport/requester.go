@@ -137,6 +137,15 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			if r.rdOut >= int(q.attr.MaxRdAtomic) {
 				return false
 			}
+			if ws := q.weak; ws != nil {
+				seq := w.readSN
+				if w.op == WRRead {
+					seq = wire.PSNAdd(seq, uint32(wire.PSNDiff(r.curPSN, w.firstPSN))/uint32(q.dev.cfg.ReadChunk))
+				}
+				if !ws.readSeqOK(seq, q.attr.MaxRdAtomic) {
+					return false // an older one is still incomplete (see weakState.rdBase)
+				}
+			}
 			r.rdOut++
 		}
 		psn := r.curPSN

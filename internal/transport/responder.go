@@ -430,16 +430,26 @@ func (q *QP) allocResource() int {
 	rs := &q.resp
 	i := rs.resNext
 	rs.resNext = (i + 1) % len(rs.res)
-	if rs.res[i].queued {
-		// The requester exceeded max_dest_rd_atomic: the oldest pending response is lost.
-		for k, j := range rs.pend {
-			if j == i {
-				rs.pend = append(rs.pend[:k], rs.pend[k+1:]...)
-				break
-			}
+	// If the requester exceeded max_dest_rd_atomic, the oldest pending response is lost.
+	q.unqueueResource(i)
+	return i
+}
+
+// unqueueResource takes resource i off the pump list before it is reused: its responses
+// (a replay still being sent, round by round) must not continue with the new request's
+// state.
+func (q *QP) unqueueResource(i int) {
+	rs := &q.resp
+	if !rs.res[i].queued {
+		return
+	}
+	rs.res[i].queued = false
+	for k, j := range rs.pend {
+		if j == i {
+			rs.pend = append(rs.pend[:k], rs.pend[k+1:]...)
+			break
 		}
 	}
-	return i
 }
 
 // queueResource puts resource i's responses on the pump list.

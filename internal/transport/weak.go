@@ -86,6 +86,14 @@ type weakState struct {
 	sample   int64 // round trip measured by the packet being processed (0: none)
 	nextRSN  uint32
 	nextRdSN uint32
+	// rdBase is the oldest read sequence number (READ request or atomic) not yet
+	// complete; rdDone marks those after it that are, by sequence number & (len-1).
+	// A new one may go out only within max_rd_atomic of rdBase: the responder keeps its
+	// resource in slot seq % max_dest_rd_atomic, and in weak mode requests complete out of
+	// order, so a count of outstanding ones is not enough — a later request would take the
+	// slot of an older one whose lost responses are still to be asked for again.
+	rdBase uint32
+	rdDone [256]bool
 
 	// Responder.
 	arrived *holes.Tracker // request PSNs arrived; Base is the expected PSN
@@ -111,6 +119,24 @@ func newWeakState(q *QP, span, epsn uint32) *weakState {
 	ws.meta = make([]psnMeta, ws.span)
 	ws.msgs = make([]weakMsg, ws.span)
 	return ws
+}
+
+// readSeqOK reports whether read sequence number seq may be sent: it lies within max of
+// the oldest one not complete.
+func (ws *weakState) readSeqOK(seq uint32, max uint8) bool {
+	return wire.PSNDiff(seq, ws.rdBase) < int32(max)
+}
+
+// readSeqDone records that read sequence number seq completed.
+func (ws *weakState) readSeqDone(seq uint32) {
+	if d := wire.PSNDiff(seq, ws.rdBase); d < 0 || d >= int32(len(ws.rdDone)) {
+		return
+	}
+	ws.rdDone[seq%uint32(len(ws.rdDone))] = true
+	for ws.rdDone[ws.rdBase%uint32(len(ws.rdDone))] {
+		ws.rdDone[ws.rdBase%uint32(len(ws.rdDone))] = false
+		ws.rdBase = wire.PSNAdd(ws.rdBase, 1)
+	}
 }
 
 // inProgress returns the messages in progress and their packets placed.
@@ -461,6 +487,7 @@ func (q *QP) weakReadResponse(p *wire.Packet) {
 	ce := q.readChunkEnd(w, psn)
 	if ws.done.HasRange(cs, uint32(wire.PSNDiff(ce, cs))+1) {
 		r.rdOut--
+		ws.readSeqDone(wire.PSNAdd(w.readSN, uint32(wire.PSNDiff(cs, w.firstPSN))/uint32(q.dev.cfg.ReadChunk)))
 	}
 	q.doneAdvance(true, now)
 }
@@ -485,6 +512,7 @@ func (q *QP) weakAtomicAck(p *wire.Packet) {
 	q.markDone(psn, now)
 	ws.answered(ws.m(psn))
 	r.rdOut--
+	ws.readSeqDone(w.readSN)
 	q.doneAdvance(true, now)
 }
 
@@ -748,6 +776,7 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 		return
 	}
 	last := wire.PSNAdd(psn, npk-1)
+	q.unqueueResource(slot)
 	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}
 	q.weakArrived(psn, npk)
 	ws.arrived.Hold(holes.Item{PSN: last, Kind: kindReadReq, Ref: uint32(slot)})
@@ -792,6 +821,7 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
 		return
 	}
+	q.unqueueResource(slot)
 	rs.res[slot] = respResource{kind: resAtomic, held: true, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn,
 		mem: mem, reg: reg, swapAdd: at.SwapAdd, compare: at.Compare, fetchAdd: p.BTH.Opcode == wire.OpWeakFetchAdd}
 	q.weakArrived(psn, 1)
