@@ -556,3 +556,47 @@ func TestWeakReadSlotNotReusedEarly(t *testing.T) {
 		t.Errorf("after READ 0 completed: READ requests %v, want READ 16", seqs)
 	}
 }
+
+// A soft limit slows traffic that takes no receive WQE too: RDMA WRITE packets beyond a
+// hole, over a soft hole-span limit, borrow a burst, then are paced — dropped unplaced and
+// unacknowledged (no RNR NAK: a WRITE has none), for the requester to send again. Once the
+// hole closes they are accepted and the whole message arrives.
+func TestLimitSoftPacesWrites(t *testing.T) {
+	rg := newRig(t, Weak)
+	lc := LimitConfig{Burst: 2}
+	lc.Limits[LimitHoleSpan] = Limit{Soft: 4}
+	rg.b.qp.SetLimits(&lc)
+	src, dst := make([]byte, 20*1024), make([]byte, 20*1024)
+	for i := range src {
+		src[i] = byte(i*7 + 1)
+	}
+	ms, md := reg(t, rg.a.d, src), reg(t, rg.b.d, dst)
+	_, err := rg.a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRWrite, Flags: FlagSignaled, RemoteAddr: md.IOVA(), RKey: md.Key(),
+		SG: []SGE{{Addr: ms.IOVA(), Length: uint32(len(src)), LKey: ms.Key()}}}})
+	must(t, err)
+	pkts := rg.sent(rg.a.d)
+	if len(pkts) != 20 {
+		t.Fatalf("%d packets, want 20", len(pkts))
+	}
+	for _, p := range pkts[1:] { // PSN 0 missing: the span grows with every packet
+		rg.deliver(rg.b, rg.a, p)
+	}
+	ls, st := rg.b.qp.LimitStats(), rg.b.qp.Stats()
+	t.Logf("decisions %v, soft hits %d, RNR NAKs %d", ls.Decisions, ls.SoftHits[LimitHoleSpan], st.RNRNAKsSent)
+	if ls.Decisions[DecidePace] == 0 || ls.Decisions[DecideBorrow] == 0 || st.RNRNAKsSent != 0 || rg.b.qp.State() != StateRTS {
+		t.Fatalf("WRITE packets over a soft span limit: decisions %v, %d RNR NAKs, QP %v; want borrows, then paces without RNR, RTS",
+			ls.Decisions, st.RNRNAKsSent, rg.b.qp.State())
+	}
+	placedNow := placed(rg.b.d, func() bool { return bytes.Equal(dst[19*1024:], src[19*1024:]) })
+	if placedNow {
+		t.Error("the last packet, far over the soft limit, was placed")
+	}
+	// The hole closes; the requester sends the paced packets again: all accepted.
+	rg.deliver(rg.b, rg.a, pkts[0])
+	for _, p := range pkts[1:] {
+		rg.deliver(rg.b, rg.a, p)
+	}
+	if !placed(rg.b.d, func() bool { return bytes.Equal(dst, src) }) {
+		t.Error("the message is not complete after the hole closed and the paced packets came again")
+	}
+}

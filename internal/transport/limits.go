@@ -21,6 +21,16 @@ import (
 // it as the hard limit). Reaching a hard limit gives the automatic response: an RNR NAK,
 // or dropping the connection (the QP goes to ERR, an asynchronous event names the limit,
 // and the peer's requests fail with a NAK).
+//
+// Every packet beyond a soft limit spends a token, whether or not it takes a receive WQE:
+// a connection over its soft limit on segments, out-of-order segments or the hole span
+// borrows a burst, then is paced. A packet that takes a receive WQE is paced with an RNR
+// NAK, as above. One that takes none (an RDMA WRITE without immediate) has no RNR: IBTA
+// gives RNR NAKs for receive resources, and rxe and ConnectX never send one for a WRITE.
+// It is paced the way a NIC whose buffers are full paces it: dropped, neither placed nor
+// acknowledged, so that the requester's own loss recovery sends it again later — in weak
+// mode after its reorder threshold or loss probe, selectively; in ordered mode from the
+// sequence NAK the next packet causes. Only the connection over its limit pays for it.
 
 // LimitKind is a dimension a limit queue bounds.
 type LimitKind uint8
@@ -201,10 +211,11 @@ func (q *QP) usage(u *[NumLimits]uint32) {
 	u[LimitInOrderMsgs], u[LimitInOrderSegs] = ws.inProgress()
 }
 
-// admit decides about a request packet that would add add to each dimension (q.mu held):
-// true to accept it; false when it was refused (an RNR NAK went out) or the connection
-// was dropped.
-func (q *QP) admit(psn uint32, add *[NumLimits]uint32) bool {
+// admit decides about a request packet that would add add to each dimension (q.mu held);
+// takesWQE says whether its message consumes a receive WQE (SEND, WRITE with immediate).
+// It returns true to accept the packet; false when it was refused (with an RNR NAK, or
+// dropped unacknowledged if it takes no WQE) or the connection was dropped.
+func (q *QP) admit(psn uint32, add *[NumLimits]uint32, takesWQE bool) bool {
 	lq := q.lq
 	var u [NumLimits]uint32
 	q.usage(&u)
@@ -231,13 +242,17 @@ func (q *QP) admit(psn uint32, add *[NumLimits]uint32) bool {
 		lq.streak = 0
 		return true
 	}
-	switch q.analyse(add[LimitSRQHeld] > 0) {
+	switch q.analyse() {
 	case DecideBorrow:
 		lq.stats.Decisions[DecideBorrow]++
 		return true
 	case DecidePace:
 		lq.stats.Decisions[DecidePace]++
-		q.sendRNRTimer(psn, q.paceTimer())
+		if takesWQE {
+			q.sendRNRTimer(psn, q.paceTimer())
+		} else {
+			q.stats.Dropped++ // dropped unacknowledged: the requester sends it again later
+		}
 		return false
 	}
 	lq.stats.Decisions[DecideEscalate]++
@@ -253,16 +268,14 @@ func (q *QP) admit(psn uint32, add *[NumLimits]uint32) bool {
 // (the token bucket, refilled at the share, is positive) it may borrow; over its share it
 // is paced while its completions drain, and escalated once it stays over its share without
 // draining, hit after hit.
-func (q *QP) analyse(takes bool) Decision {
+func (q *QP) analyse() Decision {
 	lq := q.lq
 	now := q.dev.now()
 	if share := q.share; share > 0 {
 		lq.tokens = min(lq.tokens+share*float64(now-lq.lastAt)/1e9, lq.cfg.Burst)
 	}
 	lq.lastAt = now
-	if takes {
-		lq.tokens--
-	}
+	lq.tokens--
 	if lq.tokens >= 0 {
 		lq.streak = 0
 		return DecideBorrow

@@ -203,7 +203,7 @@ func (q *QP) handleRequest(p *wire.Packet) {
 		if q.srq && (f&wire.IsSend != 0 && f&wire.IsFirst != 0 || f&wire.HasImmDt != 0 && f&wire.IsWrite != 0) {
 			add[LimitSRQHeld] = 1
 		}
-		if !q.admit(psn, &add) {
+		if !q.admit(psn, &add, f&wire.IsSend != 0 || f&(wire.IsWrite|wire.HasImmDt) == wire.IsWrite|wire.HasImmDt) {
 			return
 		}
 	}

@@ -636,7 +636,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 		if d := wire.PSNDiff(wire.PSNAdd(psn, 1), ws.arrived.High()); d > 0 {
 			add[LimitHoleSpan] = uint32(d)
 		}
-		if !q.admit(psn, &add) {
+		if !q.admit(psn, &add, recv) {
 			return
 		}
 	}
