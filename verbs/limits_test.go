@@ -236,3 +236,30 @@ func TestLimitWeakHoleSpan(t *testing.T) {
 		t.Fatalf("dropped %v, limit stats %+v", dropped, ls)
 	}
 }
+
+// End to end: a weakly-ordered WRITE stream through a lossy link, into a QP whose soft
+// hole-span limit paces the packets beyond each hole (dropped, for the requester to send
+// again): every byte still arrives, and the QPs stay connected.
+func TestLimitSoftSpanPacesWritesEndToEnd(t *testing.T) {
+	pc := pairConfig{link: retryLink().inMode(verbs.OrderingWeak)}
+	pc.link.Timeout = 16
+	pc.devA = verbs.DeviceConfig{Faults: &verbs.Faults{Loss: 0.02, Seed: 5}}
+	a, b := newPair(t, pc)
+	lc := &verbs.LimitConfig{Burst: 4}
+	lc.Limits[verbs.LimitHoleSpan] = verbs.Limit{Soft: 8}
+	b.qp.SetLimits(lc)
+	const n = 4 << 20
+	src := mustReg(t, a.pd, pattern(n, 77), verbs.AccessLocalWrite)
+	dst := mustReg(t, b.pd, make([]byte, n), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: sge(src, 0, n), RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	wantSendWC(t, pollOne(t, a.scq), 1, verbs.WCRDMAWrite, a.qp)
+	settle(b.ctx)
+	checkBytes(t, "WRITE under pacing", dst.Buf(), src.Buf())
+	ls := b.qp.LimitStats()
+	t.Logf("decisions %v, soft hits %d, requester %+v", ls.Decisions, ls.SoftHits[verbs.LimitHoleSpan], a.qp.Counters())
+	if ls.Decisions[verbs.DecidePace] == 0 {
+		t.Error("no packet was paced: the loss never took the span over its soft limit")
+	}
+	expectState(t, b.qp, verbs.StateRTS)
+}
