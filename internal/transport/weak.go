@@ -762,13 +762,8 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	if !q.weakMark(psn, npk) {
 		return
 	}
-	if len(rs.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
-		return
-	}
-	slot := int(o.Seq % uint32(len(rs.res)))
-	if rs.res[slot].held {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+	slot, ok := q.weakSlot(o, "RDMA READ")
+	if !ok {
 		return
 	}
 	mem, reg, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
@@ -780,6 +775,23 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}
 	q.weakArrived(psn, npk)
 	ws.arrived.Hold(holes.Item{PSN: last, Kind: kindReadReq, Ref: uint32(slot)})
+}
+
+// weakSlot returns the responder resource slot of a new READ or atomic request (its read
+// sequence number modulo max_dest_rd_atomic), or ends the connection if the request is
+// one the QP cannot hold.
+func (q *QP) weakSlot(o *wire.OOH, what string) (int, bool) {
+	rs := &q.resp
+	if len(rs.res) == 0 {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, what+" with max_dest_rd_atomic 0")
+		return 0, false
+	}
+	slot := int(o.Seq % uint32(len(rs.res)))
+	if rs.res[slot].held {
+		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+		return 0, false
+	}
+	return slot, true
 }
 
 // weakAtomicReq checks an atomic now and executes it when every request before it has
@@ -803,13 +815,8 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 	if !q.weakMark(psn, 1) {
 		return
 	}
-	if len(rs.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
-		return
-	}
-	slot := int(o.Seq % uint32(len(rs.res)))
-	if rs.res[slot].held {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+	slot, ok := q.weakSlot(o, "atomic")
+	if !ok {
 		return
 	}
 	at := &p.Atomic
