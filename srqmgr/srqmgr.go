@@ -97,6 +97,9 @@ type conn struct {
 	lastPaced uint64  // pace and hard-RNR decisions of its limit queue so far
 	mean, vr  float64 // WQEs per second: EWMA of the rate and of its variance
 	seen      bool
+	// demand reads the QP's WQEs taken and its limit queue's refusals so far
+	// (QP.SRQDemand; tests replace it).
+	demand func() (taken, refused uint64)
 }
 
 // Manager provisions one SRQ.
@@ -195,7 +198,7 @@ func (m *Manager) Attach(qp *verbs.QP) {
 	}
 	m.mu.Lock()
 	taken, refused := qp.SRQDemand()
-	m.conns[qp] = &conn{qp: qp, lastTaken: taken, lastPaced: refused}
+	m.conns[qp] = &conn{qp: qp, lastTaken: taken, lastPaced: refused, demand: qp.SRQDemand}
 	m.mu.Unlock()
 }
 
@@ -377,7 +380,7 @@ func (m *Manager) Tick() {
 	m.gapPeak = max(dt, m.gapPeak*math.Exp2(-dt))
 	var sumMean, sumVar float64
 	for _, c := range m.sample {
-		taken, refused := c.qp.SRQDemand()
+		taken, refused := c.demand()
 		r := float64(taken-c.lastTaken) / dt // WQEs per second since the last Tick
 		c.lastTaken = taken
 		// A connection its limit queue refused in this interval was taking more than the

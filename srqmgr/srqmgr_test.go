@@ -358,3 +358,43 @@ func TestStartConsume(t *testing.T) {
 		t.Errorf("summary %+v: want refills and every buffer released", s)
 	}
 }
+
+// An interval in which a connection's limit queue refused it (paced it) does not raise its
+// measured demand: a flood earns no larger share, and no larger SRQ. The same flood without
+// refusals does raise it.
+func TestPacedIntervalDoesNotRaiseDemand(t *testing.T) {
+	for _, paced := range []bool{true, false} {
+		r := newRig(t, 1, 4096)
+		m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickEveryInterval(m)
+		m.Attach(r.rqps[0])
+		var taken, refused uint64
+		m.conns[r.rqps[0]].demand = func() (uint64, uint64) { return taken, refused }
+		for i := 0; i < 8; i++ { // 2 WQEs per 10 ms interval: 200/s
+			taken += 2
+			m.Tick()
+		}
+		before := m.Stats()
+		for i := 0; i < 8; i++ { // 40 per interval: a flood
+			taken += 40
+			if paced {
+				refused += 5 // its limit queue refused some of it
+			}
+			m.Tick()
+		}
+		after := m.Stats()
+		m.Close()
+		rose := after.Conns[0].Mean > before.Conns[0].Mean*1.01
+		t.Logf("paced %v: mean %.0f/s -> %.0f/s, target %d -> %d", paced, before.Conns[0].Mean, after.Conns[0].Mean, before.Target, after.Target)
+		if paced && (rose || after.Target > before.Target) {
+			t.Errorf("paced intervals raised the measured demand: mean %.0f -> %.0f WQEs/s, target %d -> %d",
+				before.Conns[0].Mean, after.Conns[0].Mean, before.Target, after.Target)
+		}
+		if !paced && !rose {
+			t.Errorf("an unpaced flood did not raise the measured demand (%.0f -> %.0f): the test shows nothing", before.Conns[0].Mean, after.Conns[0].Mean)
+		}
+	}
+}
