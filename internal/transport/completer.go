@@ -57,18 +57,7 @@ func (q *QP) handleAck(p *wire.Packet) {
 		if q.state != StateRTS && q.state != StateSQD {
 			return
 		}
-		if r.rnrLeft == 0 {
-			q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
-			return
-		}
-		if r.rnrLeft != 7 {
-			r.rnrLeft--
-		}
-		r.rnrWait = true
-		r.rnrPSN = r.una // psn, unless READ responses before it are missing
-		r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
-		r.rtoAt = 0
-		q.dev.timers.arm(q, r.rnrUntil)
+		q.startRNRWait(r.una, syn) // psn, unless READ responses before it are missing
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
 		q.ackUpTo(wire.PSNAdd(psn, wire.PSNMask))
@@ -90,17 +79,42 @@ func (q *QP) handleAck(p *wire.Packet) {
 			q.dev.queueKick(q)
 			return
 		}
-		st := StatusRemOpErr
-		switch code {
-		case wire.NakInvalidRequest, wire.NakInvalidRDRequest:
-			st = StatusRemInvReqErr
-		case wire.NakRemoteAccessError:
-			st = StatusRemAccessErr
-		}
-		q.errorState(st, VendorRemoteNAK|uint32(code))
+		q.fatalNAK(code)
 	default:
 		q.stats.Dropped++
 	}
+}
+
+// startRNRWait handles an RNR NAK (syndrome syn) in either mode: it uses an RNR retry (or fails
+// the QP with RNR_RETRY_EXC_ERR when none is left; rnr_retry 7 is infinite) and waits the
+// timer the NAK asks for before sending again from psn.
+func (q *QP) startRNRWait(psn uint32, syn uint8) {
+	r := &q.req
+	if r.rnrLeft == 0 {
+		q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
+		return
+	}
+	if r.rnrLeft != 7 {
+		r.rnrLeft--
+	}
+	r.rnrWait, r.rnrPSN = true, psn
+	r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
+	r.rtoAt = 0
+	q.dev.timers.arm(q, r.rnrUntil)
+}
+
+// fatalNAK fails the QP for a NAK other than a PSN sequence error, in either mode: the
+// status says which (invalid request, remote access or remote operational error) and the
+// vendor error carries the NAK code.
+func (q *QP) fatalNAK(code uint8) {
+	st := StatusRemOpErr
+	switch code {
+	case wire.NakInvalidRequest, wire.NakInvalidRDRequest:
+		st = StatusRemInvReqErr
+	case wire.NakRemoteAccessError:
+		st = StatusRemAccessErr
+	}
+	q.errorState(st, VendorRemoteNAK|uint32(code))
 }
 
 // ackUpTo processes an acknowledgement of every PSN up to and including psn: SEND and

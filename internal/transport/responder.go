@@ -411,16 +411,7 @@ func (q *QP) recvAtomic(p *wire.Packet) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
 		return
 	}
-	q.dev.atomicMu.Lock()
-	orig := binary.NativeEndian.Uint64(mem)
-	v := orig
-	if p.BTH.Opcode == wire.OpFetchAdd {
-		v = orig + at.SwapAdd
-	} else if orig == at.Compare {
-		v = at.SwapAdd
-	}
-	binary.NativeEndian.PutUint64(mem, v)
-	q.dev.atomicMu.Unlock()
+	orig := q.dev.executeAtomic(mem, p.BTH.Opcode == wire.OpFetchAdd, at.SwapAdd, at.Compare)
 	psn := p.BTH.PSN
 	q.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn, orig: orig}, 1)
 }
@@ -460,6 +451,23 @@ func (q *QP) queueResource(i int) {
 		rs.pend = append(rs.pend, i)
 	}
 	q.dev.queueResp(q)
+}
+
+// executeAtomic runs an atomic on the 8 bytes of mem — fetch-and-add of swapAdd, or
+// compare-and-swap of swapAdd where the value equals compare — atomically with respect to
+// the device's other atomics (ATOMIC_HCA), and returns the value before.
+func (d *Device) executeAtomic(mem []byte, fetchAdd bool, swapAdd, compare uint64) uint64 {
+	d.atomicMu.Lock()
+	defer d.atomicMu.Unlock()
+	orig := binary.NativeEndian.Uint64(mem)
+	v := orig
+	if fetchAdd {
+		v = orig + swapAdd
+	} else if orig == compare {
+		v = swapAdd
+	}
+	binary.NativeEndian.PutUint64(mem, v)
+	return orig
 }
 
 // duplicate answers a request the responder already executed: SEND and WRITE get the

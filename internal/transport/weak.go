@@ -430,28 +430,11 @@ func (q *QP) weakAck(p *wire.Packet) {
 		if q.state != StateRTS && q.state != StateSQD || r.rnrWait {
 			return // one RNR retry per wait, however many packets were refused
 		}
-		if r.rnrLeft == 0 {
-			q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
-			return
-		}
-		if r.rnrLeft != 7 {
-			r.rnrLeft--
-		}
-		r.rnrWait, r.rnrPSN = true, wire.PSNAdd(p.BTH.PSN, 1)
-		r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
-		r.rtoAt = 0
-		q.dev.timers.arm(q, r.rnrUntil)
+		q.startRNRWait(wire.PSNAdd(p.BTH.PSN, 1), syn)
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
 		q.doneAdvance(progress, now)
-		st := StatusRemOpErr
-		switch wire.AETHValue(syn) {
-		case wire.NakInvalidRequest, wire.NakInvalidRDRequest:
-			st = StatusRemInvReqErr
-		case wire.NakRemoteAccessError:
-			st = StatusRemAccessErr
-		}
-		q.errorState(st, VendorRemoteNAK|uint32(wire.AETHValue(syn)))
+		q.fatalNAK(wire.AETHValue(syn))
 	default:
 		q.doneAdvance(progress, now)
 	}
@@ -879,16 +862,7 @@ func (q *QP) weakDeliver(it holes.Item) {
 			q.revoked(r.firstPSN, "atomic target deregistered before the atomic executed")
 			return
 		}
-		q.dev.atomicMu.Lock()
-		orig := binary.NativeEndian.Uint64(r.mem)
-		v := orig
-		if r.fetchAdd {
-			v = orig + r.swapAdd
-		} else if orig == r.compare {
-			v = r.swapAdd
-		}
-		binary.NativeEndian.PutUint64(r.mem, v)
-		q.dev.atomicMu.Unlock()
+		orig := q.dev.executeAtomic(r.mem, r.fetchAdd, r.swapAdd, r.compare)
 		r.orig, r.held, r.mem, r.reg = orig, false, nil, nil
 		rs.msn = wire.PSNAdd(rs.msn, 1)
 		q.queueResource(int(it.Ref))
