@@ -210,16 +210,25 @@ func (r *rig) close() {
 	}
 }
 
-// send posts one message on qp (index i of conns), signaled every signalEvery-th so the
-// send queue is reaped.
+// send posts one message on qp, signaled every signalEvery-th so the send queue is reaped.
 func (r *rig) send(qp *verbs.QP, count *uint32, mr *verbs.MR) error {
-	*count++
-	f := verbs.SendFlags(0)
-	if *count%signalEvery == 0 {
-		f = verbs.SendSignaled
+	return r.sendBurst(qp, count, mr, 1)
+}
+
+// sendBurst posts n messages on qp in one PostSend. The count is only touched before the
+// post: a reply to these messages can make the client's handler send on qp (and count) as
+// soon as they leave, and the post is what orders the two.
+func (r *rig) sendBurst(qp *verbs.QP, count *uint32, mr *verbs.MR, n int) error {
+	wrs := make([]verbs.SendWR, n)
+	for k := range wrs {
+		*count++
+		f := verbs.SendFlags(0)
+		if *count%signalEvery == 0 {
+			f = verbs.SendSignaled
+		}
+		wrs[k] = verbs.SendWR{Opcode: verbs.WRSend, SendFlags: f, SGList: []verbs.SGE{mr.SGE(mr.Len()-r.msg, r.msg)}}
 	}
-	wr := [1]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: f, SGList: []verbs.SGE{mr.SGE(mr.Len()-r.msg, r.msg)}}}
-	return qp.PostSend(wr[:])
+	return qp.PostSend(wrs)
 }
 
 // budget is how many completions a handler function handles per call before it lets the
@@ -404,10 +413,8 @@ func (r *rig) start(nh int, outstanding int, qps []int) error {
 		}
 	}
 	for _, i := range qps {
-		for k := 0; k < outstanding; k++ {
-			if err := r.send(r.cqps[i], &r.sendCount[i], r.cbuf); err != nil {
-				return err
-			}
+		if err := r.sendBurst(r.cqps[i], &r.sendCount[i], r.cbuf, outstanding); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -560,10 +567,8 @@ func Isolation(cfg IsolationConfig) (IsolationResult, error) {
 		return res, err
 	}
 	for _, i := range flood {
-		for k := 0; k < cfg.Outstanding; k++ {
-			if err := r.send(r.cqps[i], &r.sendCount[i], r.cbuf); err != nil {
-				return res, err
-			}
+		if err := r.sendBurst(r.cqps[i], &r.sendCount[i], r.cbuf, cfg.Outstanding); err != nil {
+			return res, err
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
