@@ -105,11 +105,7 @@ func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
 func TestTargetFollowsDemand(t *testing.T) {
 	const n = 8
 	r := newRig(t, n, 4096)
-	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := r.manager(t)
 	tickEveryInterval(m)
 	for _, qp := range r.rqps {
 		m.Attach(qp)
@@ -225,11 +221,7 @@ func TestBufferForeignWRIDAndCloseStopsRun(t *testing.T) {
 func TestTargetCoversLateRefills(t *testing.T) {
 	const n = 4
 	r := newRig(t, n, 4096)
-	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := r.manager(t)
 	clock, gap := time.Unix(0, 0), m.cfg.Interval
 	m.now = func() time.Time { clock = clock.Add(gap); return clock }
 	for _, qp := range r.rqps {
@@ -365,10 +357,7 @@ func TestStartConsume(t *testing.T) {
 func TestPacedIntervalDoesNotRaiseDemand(t *testing.T) {
 	for _, paced := range []bool{true, false} {
 		r := newRig(t, 1, 4096)
-		m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := r.manager(t)
 		tickEveryInterval(m)
 		m.Attach(r.rqps[0])
 		var taken, refused uint64
@@ -397,4 +386,16 @@ func TestPacedIntervalDoesNotRaiseDemand(t *testing.T) {
 			t.Errorf("an unpaced flood did not raise the measured demand (%.0f -> %.0f): the test shows nothing", before.Conns[0].Mean, after.Conns[0].Mean)
 		}
 	}
+}
+
+// manager returns a manager of the rig's SRQ with 64-byte buffers, a floor of 8, chunks of
+// 32 and a fast-moving mean (Alpha 0.5), closed when the test ends.
+func (r *rig) manager(t *testing.T) *Manager {
+	t.Helper()
+	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
