@@ -393,10 +393,15 @@ func (c *Context) onEvent(e transport.Event) {
 		}
 	}
 	c.events.push(ev)
+	// A goroutine waiting in GetAsyncEvent should see the event now, not after the
+	// receive goroutine's burst of packets: an SRQ limit event is only useful early.
+	c.dev.RequestYield()
 }
 
 // GetAsyncEvent waits for the next asynchronous event. Each event must be acknowledged
-// with AckAsyncEvent; destroying the object it names waits for that.
+// with AckAsyncEvent; destroying the object it names waits for that. A goroutine waiting
+// here runs as soon as the receive goroutine has finished the batch of packets that raised
+// the event (it yields its processor then), so an SRQ limit event can be acted on in time.
 func (c *Context) GetAsyncEvent(ctx context.Context) (*AsyncEvent, error) {
 	return c.events.get(ctx)
 }

@@ -30,6 +30,7 @@ func main() {
 		idleRate = flag.Float64("idle-rate", 0.5, "messages per second per idle connection")
 		peak     = flag.Int("peak", 32, "receive WQEs a connection may need at its peak (the per-QP queue depth)")
 		work     = flag.Duration("work", 10*time.Microsecond, "server processing time per message")
+		warmup   = flag.Duration("warmup", 500*time.Millisecond, "load run before each measured phase (its RNR NAKs are shown apart)")
 		hostile  = flag.Bool("hostile", true, "also run the hostile-connection phase")
 	)
 	flag.Parse()
@@ -42,12 +43,12 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	base := srqexp.Config{Duration: *dur, HotLoad: *hotLoad, IdleRate: *idleRate, PeakDepth: *peak, Work: *work}
+	base := srqexp.Config{Duration: *dur, HotLoad: *hotLoad, IdleRate: *idleRate, PeakDepth: *peak, Work: *work, Warmup: *warmup}
 	fmt.Printf("srqbench: %v per phase, hot load %.0f msg/s, idle %.2g msg/s per connection, %d-WQE peak, %v work per message\n\n",
 		*dur, *hotLoad, *idleRate, *peak, *work)
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "conns\thot\tmode\treceive memory\tshared/per-QP\tmessages\tRNR NAKs\tRNR rate\thot offered/s\thot delivered/s\t")
+	fmt.Fprintln(tw, "conns\thot\tmode\treceive memory\tshared/per-QP\tmessages\tRNR NAKs\tRNR rate\twarm-up RNR\thot offered/s\thot delivered/s\t")
 	type pair struct{ per, shared srqexp.Result }
 	results := map[int]*pair{}
 	for _, n := range ns {
@@ -69,8 +70,8 @@ func main() {
 				p.shared = r
 				ratio = fmt.Sprintf("1/%.0f", float64(p.per.RegisteredBytes)/float64(max(r.RegisteredBytes, 1)))
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%v\t%s\t%s\t%d\t%d\t%.3f%%\t%.0f\t%.0f\t\n", n, r.Config.Hot, mode, mib(r.RegisteredBytes), ratio,
-				r.Messages, r.RNRNAKs, 100*r.RNRRate, r.HotOffered, r.HotDelivered)
+			fmt.Fprintf(tw, "%d\t%d\t%v\t%s\t%s\t%d\t%d\t%.3f%%\t%d\t%.0f\t%.0f\t\n", n, r.Config.Hot, mode, mib(r.RegisteredBytes), ratio,
+				r.Messages, r.RNRNAKs, 100*r.RNRRate, r.WarmupRNRNAKs, r.HotOffered, r.HotDelivered)
 		}
 	}
 	tw.Flush()

@@ -49,6 +49,7 @@ type Config struct {
 	PeakDepth int           // receive WQEs a connection may need at its peak: the per-QP queue depth (default 32)
 	IdleRate  float64       // messages per second per idle connection (default 0.5)
 	Duration  time.Duration // measured time (default 2 s; with Hostile, per phase)
+	Warmup    time.Duration // load run before the measured time, not counted (default 500 ms)
 	Work      time.Duration // the server's processing time per message (default 10 µs)
 	Hostile   bool          // add a connection that floods, in a second phase
 	NoLimits  bool          // run the hostile phase without limit queues (to compare)
@@ -57,9 +58,10 @@ type Config struct {
 // Result is what a run measured.
 type Result struct {
 	Config          Config
-	Messages        uint64  // messages delivered
+	Messages        uint64  // messages delivered in the measured phase (the baseline)
 	RNRNAKs         uint64  // RNR NAKs the server sent (excluding the hostile's)
 	RNRRate         float64 // RNR NAKs per message
+	WarmupRNRNAKs   uint64  // RNR NAKs while the load stepped up from idle (Warmup)
 	RegisteredBytes int64   // peak receive memory registered (baseline phase)
 	Target, Posted  int     // SRQ provisioning at the end (shared mode)
 	HotOffered      float64 // messages per second the hot connections offered, together
@@ -102,6 +104,9 @@ func (c *Config) defaults() {
 	}
 	if c.Duration <= 0 {
 		c.Duration = 2 * time.Second
+	}
+	if c.Warmup <= 0 {
+		c.Warmup = 500 * time.Millisecond
 	}
 	if c.Work <= 0 {
 		c.Work = 10 * time.Microsecond
@@ -149,10 +154,21 @@ func Run(cfg Config) (Result, error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); e.serve(ctx) }()
 	if e.mgr != nil {
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); e.mgr.Run(ctx) }()
+		go func() { defer wg.Done(); e.events(ctx) }()
 	}
-	rnr0 := e.srv.Counters().RNRNAKsSent
+	// Warm up: the connections were idle while they were set up, and the load steps from
+	// nothing to HotLoad at once. How many RNR NAKs that step costs is reported apart
+	// from the measured phase (the provisioner's step response, not its steady state).
+	rnrW := e.srv.Counters().RNRNAKsSent
+	if _, err := e.drive(cfg.Warmup, false); err != nil {
+		cancel()
+		wg.Wait()
+		return Result{}, err
+	}
+	rnr0, m0 := e.srv.Counters().RNRNAKsSent, e.total()
+	res.WarmupRNRNAKs = rnr0 - rnrW
 	base, err := e.drive(cfg.Duration, false)
 	if err != nil {
 		cancel()
@@ -161,6 +177,7 @@ func Run(cfg Config) (Result, error) {
 	}
 	res.HotOffered, res.HotDelivered = base.offered, base.delivered
 	res.RNRNAKs = e.srv.Counters().RNRNAKsSent - rnr0
+	res.Messages = e.total() - m0
 	res.RegisteredBytes = e.regPeak.Swap(0)
 	if cfg.Hostile {
 		e.hostile = cfg.Conns // the extra connection
@@ -184,9 +201,6 @@ func Run(cfg Config) (Result, error) {
 	}
 	cancel()
 	wg.Wait()
-	for i := range e.delivered {
-		res.Messages += e.delivered[i].Load()
-	}
 	res.CQOverflow = e.cqOverflow.Load()
 	if res.Messages > 0 {
 		res.RNRRate = float64(res.RNRNAKs) / float64(res.Messages)
@@ -358,24 +372,6 @@ func (e *exp) serve(ctx context.Context) {
 				_ = e.sqps[i].PostRecv([]verbs.RecvWR{{WRID: w.WRID, SGList: []verbs.SGE{e.rqMRs[i].SGE(int(w.WRID)*e.cfg.BufSize, e.cfg.BufSize)}}})
 			}
 		}
-		if e.mgr != nil {
-			for {
-				ev, ok := e.srv.TryGetAsyncEvent()
-				if !ok {
-					break
-				}
-				e.mgr.HandleEvent(ev)
-				if ev.Type == verbs.EventCQErr {
-					e.cqOverflow.Store(true)
-				}
-				if ev.Type == verbs.EventQPFatal && ev.QP != nil {
-					if i, ok := e.qpIndex[ev.QP.QPNum()]; ok && i == e.hostile {
-						e.markStopped("dropped")
-					}
-				}
-				e.srv.AckAsyncEvent(ev)
-			}
-		}
 		if time.Since(lastPeak) > 5*time.Millisecond {
 			e.notePeak()
 			lastPeak = time.Now()
@@ -391,6 +387,36 @@ func (e *exp) serve(ctx context.Context) {
 		}
 	}
 	_ = sink
+}
+
+// events handles the server's asynchronous events as they come, as a verbs program's
+// event thread does: the SRQ's limit event refills it at once.
+func (e *exp) events(ctx context.Context) {
+	for {
+		ev, err := e.srv.GetAsyncEvent(ctx)
+		if err != nil {
+			return
+		}
+		e.mgr.HandleEvent(ev)
+		switch {
+		case ev.Type == verbs.EventCQErr:
+			e.cqOverflow.Store(true)
+		case ev.Type == verbs.EventQPFatal && ev.QP != nil:
+			if i, ok := e.qpIndex[ev.QP.QPNum()]; ok && i == e.hostile {
+				e.markStopped("dropped")
+			}
+		}
+		e.srv.AckAsyncEvent(ev)
+	}
+}
+
+// total is the number of messages delivered so far.
+func (e *exp) total() uint64 {
+	var n uint64
+	for i := range e.delivered {
+		n += e.delivered[i].Load()
+	}
+	return n
 }
 
 func (e *exp) markStopped(how string) {

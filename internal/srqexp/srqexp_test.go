@@ -14,7 +14,7 @@ func TestSharedVersusPerQP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("experiment")
 	}
-	base := Config{Conns: 100, Duration: 300 * time.Millisecond, IdleRate: 2}
+	base := Config{Conns: 100, Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, IdleRate: 2}
 	per := base
 	per.Mode = PerQPRQ
 	rp, err := Run(per)
