@@ -158,6 +158,10 @@ type Context struct {
 	cqSet map[*CQ]struct{}           // the device's CQs (guarded by mu), to unbind a removed handler's
 }
 
+// ackGroup is shared by the devices of the process: a goroutine polling one of them also
+// sends the ACKs the others hold back (see transport.AckGroup).
+var ackGroup = transport.NewAckGroup()
+
 // OpenDevice opens a software RDMA device: a UDP socket on cfg.Addr and cfg.Port with
 // its own receive goroutine and timers.
 func OpenDevice(cfg DeviceConfig) (*Context, error) {
@@ -206,6 +210,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
 		Faults:           faults,
 		FaultFilter:      cfg.filter,
+		AckGroup:         ackGroup,
 		SocketBuffer:     cfg.SocketBuffer,
 		DisableGSO:       cfg.DisableGSO,
 		DisableGRO:       cfg.DisableGRO,

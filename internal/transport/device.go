@@ -51,6 +51,10 @@ type Config struct {
 	// never). Waking a sleeping goroutine (and an idle CPU) costs several microseconds per
 	// packet; while traffic flows, polling avoids that.
 	BusyPoll time.Duration
+	// AckGroup is shared by devices whose pollers flush each other's held-back ACKs: a
+	// consumer polling one device must not leave the peers of another device it also
+	// drives waiting for their delayed ACKs. nil: the device is a group of its own.
+	AckGroup *AckGroup
 }
 
 // Device is one software RNIC: a UDP socket, its QPs, memory regions and timers.
@@ -93,6 +97,7 @@ type Device struct {
 	polling              bool // the receive path runs in a polling consumer's goroutine
 	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
 	rx                   rxStats
+	quiesced             uint64 // Quiesce calls that waited for the receive path
 
 	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
@@ -103,6 +108,10 @@ type Device struct {
 	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
 
 	batches sync.Pool // *netio.SendBatch for transmit from other goroutines
+
+	// acks is the set of devices whose held-back ACKs a goroutine polling this device
+	// also flushes (Config.AckGroup; a group of its own if none was given).
+	acks *AckGroup
 
 	timers timerQueue
 
@@ -196,6 +205,9 @@ func Open(cfg Config) (*Device, error) {
 	d.rxBatch = conn.NewRecvBatch(cfg.RecvBatch, 4096+256)
 	d.rxOut = netio.NewSendBatch(outPkts, outIovs, outArena)
 	d.batches.New = func() any { return netio.NewSendBatch(outPkts, outIovs, outArena) }
+	if d.acks = cfg.AckGroup; d.acks == nil {
+		d.acks = NewAckGroup()
+	}
 	d.timers.init(d)
 	d.wg.Add(2)
 	go d.rxLoop()
@@ -209,7 +221,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.timers.stop()
-	d.holdingAcks(false)
+	d.acks.hold(d, false)
 	err := d.conn.Close()
 	d.wg.Wait()
 	return err
@@ -221,7 +233,7 @@ func (d *Device) Close() error {
 // package doc). It must not be called with a QP's lock or the receive path held.
 func (d *Device) Quiesce() {
 	d.rxMu.Lock()
-	//nolint:staticcheck // an empty critical section is the barrier
+	d.quiesced++
 	d.rxMu.Unlock()
 }
 
@@ -365,9 +377,7 @@ func (d *Device) Progress() {
 	}
 	if !d.closed.Load() {
 		d.flushDeferred()
-		if heldAcks.Load() > 0 {
-			d.flushOtherDevices()
-		}
+		d.acks.flushOthers(d)
 		if n, _ := d.conn.Poll(d.rxBatch); n > 0 {
 			d.processBatch(n)
 		} else if len(d.respList) > 0 {
@@ -385,52 +395,6 @@ func (d *Device) Progress() {
 
 // ackDelay bounds how long an ACK is held back for piggybacking.
 const ackDelay = 100 * time.Microsecond
-
-// Devices holding back ACKs, process-wide: a goroutine polling one device also flushes
-// the others', so a consumer that drives several devices (or polls a CQ of another
-// device next) does not leave a peer waiting for ackDelay.
-var (
-	heldAcks    atomic.Int32
-	heldAcksMu  sync.Mutex
-	heldAcksSet = map[*Device]struct{}{}
-)
-
-// holdingAcks adds d to (or removes it from) the process-wide set.
-func (d *Device) holdingAcks(held bool) {
-	heldAcksMu.Lock()
-	if held {
-		heldAcksSet[d] = struct{}{}
-	} else {
-		delete(heldAcksSet, d)
-	}
-	heldAcks.Store(int32(len(heldAcksSet)))
-	heldAcksMu.Unlock()
-}
-
-// crossFlushAge is how long another device's ACK must have been held back before a
-// goroutine polling this device sends it (younger ones likely still ride along with their
-// own consumer's next send).
-const crossFlushAge = int64(5 * time.Microsecond)
-
-// flushOtherDevices flushes held-back ACKs of devices other than d.
-func (d *Device) flushOtherDevices() {
-	heldAcksMu.Lock()
-	var others [8]*Device
-	n := 0
-	for o := range heldAcksSet {
-		if o != d && n < len(others) {
-			others[n] = o
-			n++
-		}
-	}
-	heldAcksMu.Unlock()
-	for _, o := range others[:n] {
-		if o.rxMu.TryLock() {
-			o.flushDeferredOlder(crossFlushAge)
-			o.rxMu.Unlock()
-		}
-	}
-}
 
 // flushDeferred sends ACKs still held back (rxMu held).
 func (d *Device) flushDeferred() { d.flushDeferredOlder(0) }
@@ -450,14 +414,14 @@ func (d *Device) flushDeferredOlder(minAge int64) {
 		case minAge > 0 && q.resp.ackAt > cutoff:
 			kept = append(kept, q)
 		default:
-			d.ackOut(q)
+			d.ackOutRelock(q)
 		}
 		q.mu.Unlock()
 	}
 	clear(d.deferred[len(kept):])
 	d.deferred = kept
 	if len(kept) == 0 {
-		d.holdingAcks(false)
+		d.acks.hold(d, false)
 	}
 	d.flushOut()
 }
@@ -522,9 +486,9 @@ func (d *Device) input(pkt []byte, from netip.AddrPort) {
 	q.input(&p, from, len(pkt))
 }
 
-// ackOut adds q's ACK to the receive path's batch, sending the batch first if it is full
-// (rxMu and q.mu held; q.mu is released around that send).
-func (d *Device) ackOut(q *QP) {
+// ackOutRelock adds q's ACK to the receive path's batch, sending the batch first if it is
+// full (rxMu and q.mu held; q.mu is released around that send and taken again).
+func (d *Device) ackOutRelock(q *QP) {
 	if !d.rxOut.Room(2, 64) {
 		q.mu.Unlock()
 		d.flushOut()
@@ -585,14 +549,14 @@ func (d *Device) finishBatch() {
 						q.resp.ackAt = d.now() + int64(ackDelay)
 						d.deferred = append(d.deferred, q)
 						if len(d.deferred) == 1 {
-							d.holdingAcks(true)
+							d.acks.hold(d, true)
 						}
 						d.timers.arm(q, q.resp.ackAt)
 					}
 					q.mu.Unlock()
 					continue
 				}
-				d.ackOut(q)
+				d.ackOutRelock(q)
 			}
 			q.mu.Unlock()
 		}
@@ -630,7 +594,7 @@ func (d *Device) runKicks() {
 		d.flushOut()
 		for _, q := range d.owned {
 			q.mu.Lock()
-			q.txOwner = false
+			q.releaseTx()
 			if q.txPending || q.txMore {
 				q.txPending, q.txMore = false, false
 				d.queueKick(q)

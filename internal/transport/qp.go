@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,10 +108,11 @@ type QP struct {
 	srqTaken  uint64        // receive WQEs taken from the SRQ
 	srqPolled atomic.Uint64 // their completions polled by the consumer
 
-	txOwner    bool // a goroutine is building/sending this QP's requests
-	txPending  bool // more requester work arrived while another goroutine owned transmit
-	txMore     bool // the receive path's last fill stopped on a full batch
-	kickQueued bool // on the receive path's kick list
+	txOwner    bool      // a goroutine is building/sending this QP's requests (see the package doc)
+	txIdle     sync.Cond // signalled (L: mu) when a destroyed QP's transmit owner lets go
+	txPending  bool      // more requester work arrived while another goroutine owned transmit
+	txMore     bool      // the receive path's last fill stopped on a full batch
+	kickQueued bool      // on the receive path's kick list
 	commEst    bool
 
 	timerAt  int64 // deadline the timer heap holds for this QP (0: none)
@@ -131,6 +131,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 		dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
 		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1,
 	}
+	q.txIdle.L = &q.mu
 	q.sq = make([]sendWQE, c.MaxSendWR)
 	for i := range q.sq {
 		q.sq[i].segs = make([][]byte, 0, max(c.MaxSendSGE, 1))
@@ -171,14 +172,11 @@ func (q *QP) Destroy() {
 	q.destroyed = true
 	q.state = StateReset
 	for q.txOwner {
-		q.mu.Unlock()
-		runtime.Gosched()
-		q.mu.Lock()
+		q.txIdle.Wait()
 	}
 	q.mu.Unlock()
 	// Whoever holds the receive path sends what it built before releasing it.
-	q.dev.rxMu.Lock()
-	q.dev.rxMu.Unlock()
+	q.dev.Quiesce()
 	q.dev.timers.cancel(q)
 	q.dev.freeQPN(q)
 }
@@ -326,7 +324,7 @@ func (q *QP) Modify(a *Attr, mask uint32, lim Limits) error {
 	cur := q.state
 	err := q.modifyLocked(a, mask, lim)
 	if err == nil && cur == StateSQD && q.state == StateRTS {
-		q.pushTx() // resume what the drain held back; releases q.mu
+		q.pushTxUnlock() // resume what the drain held back; releases q.mu
 		return nil
 	}
 	q.mu.Unlock()
@@ -627,17 +625,17 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 	}
 	for i := range wrs {
 		if err := q.postOne(&wrs[i]); err != nil {
-			q.finishPost(i)
+			q.finishPostUnlock(i)
 			return i, err
 		}
 	}
-	q.finishPost(len(wrs))
+	q.finishPostUnlock(len(wrs))
 	return len(wrs), nil
 }
 
-// finishPost starts transmission of what was posted (or flushes it in ERR); it releases
+// finishPostUnlock starts transmission of what was posted (or flushes it in ERR); it releases
 // q.mu.
-func (q *QP) finishPost(n int) {
+func (q *QP) finishPostUnlock(n int) {
 	if n == 0 {
 		q.mu.Unlock()
 		return
@@ -647,7 +645,7 @@ func (q *QP) finishPost(n int) {
 		q.mu.Unlock()
 		return
 	}
-	q.pushTx()
+	q.pushTxUnlock()
 }
 
 func (q *QP) postOne(wr *SendWR) error {
@@ -764,10 +762,10 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-// pushTx builds and sends the QP's pending requests in the calling goroutine, unless
+// pushTxUnlock builds and sends the QP's pending requests in the calling goroutine, unless
 // another goroutine owns transmission (which then picks the work up). Called with q.mu
 // held; returns with it released. The lock is never held across the send system call.
-func (q *QP) pushTx() {
+func (q *QP) pushTxUnlock() {
 	if q.txOwner {
 		q.txPending = true
 		q.mu.Unlock()
@@ -788,7 +786,15 @@ func (q *QP) pushTx() {
 			break
 		}
 	}
-	q.txOwner = false
+	q.releaseTx()
 	q.mu.Unlock()
 	d.putBatch(b)
+}
+
+// releaseTx gives up transmit ownership, waking a Destroy that waits for it (q.mu held).
+func (q *QP) releaseTx() {
+	q.txOwner = false
+	if q.destroyed {
+		q.txIdle.Broadcast()
+	}
 }

@@ -402,9 +402,9 @@ func (q *QP) rewind(psn uint32) {
 	r.curPSN = r.nextPSN
 }
 
-// flushAckLocked sends a held-back ACK from a goroutine other than the receive path
+// flushAckRelock sends a held-back ACK from a goroutine other than the receive path
 // (q.mu held; released around the send).
-func (q *QP) flushAckLocked() {
+func (q *QP) flushAckRelock() {
 	if !q.resp.ackPending {
 		q.resp.ackDeferred = false
 		return
@@ -427,7 +427,7 @@ func (q *QP) onTimer() {
 	now := q.dev.now()
 	if q.resp.ackDeferred {
 		if now >= q.resp.ackAt {
-			q.flushAckLocked() // releases and retakes q.mu
+			q.flushAckRelock() // releases and retakes q.mu
 		} else {
 			q.dev.timers.arm(q, q.resp.ackAt)
 		}
@@ -482,7 +482,7 @@ func (q *QP) onTimer() {
 		}
 	}
 	if kick {
-		q.pushTx()
+		q.pushTxUnlock()
 		return
 	}
 	q.mu.Unlock()

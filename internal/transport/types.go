@@ -1,30 +1,3 @@
-// Package transport is softrnic's "hardware": the per-device engine that moves RoCEv2
-// packets between UDP sockets and registered memory. It holds the queue-pair state
-// machines (requester, completer, responder), completion queues, receive queues, the
-// retransmission timers and the counters, and is driven by one receive goroutine per device
-// plus whichever goroutine posts work or polls a completion queue (run to completion, no
-// per-packet hand-offs).
-//
-// The public verbs API (package verbs) wraps it the way a libibverbs provider wraps a NIC:
-// it validates calls, converts work requests to WQEs and CQEs to work completions.
-//
-// # Memory after deregistration
-//
-// After DeregMR returns, no operation on behalf of a peer reads or writes the region's
-// memory. The engine does it by revocation and a barrier, not by looking the key up for
-// every packet: every access to registered memory on behalf of a peer (placing a WRITE or
-// SEND, producing a READ response, executing an atomic) happens while the device's receive
-// path is held (rxMu); whatever keeps a region across packets — a multi-packet WRITE in
-// progress, the responder's READ and atomic resources (replayed for duplicate requests),
-// weak mode's held READs and atomics, a receive WQE bound to a message — keeps the
-// *tpt.Region with the memory and asks Region.Revoked before each access. Deregistration
-// marks the region revoked, then Device.Quiesce waits for the receive path to be released
-// once: an access that checked the region before it was revoked has then finished, and every
-// later one sees the revocation. The message it interrupts ends with a NAK (remote access
-// error for WRITE, READ and atomics; remote operational error and a local protection error
-// completion for a SEND's receive buffer) and the QP in ERR, as for a key that was never
-// valid. This costs one atomic load per packet where a key lookup per packet would cost two
-// and a bounds check, and it also covers the READ resources that outlive their request.
 package transport
 
 // QPState is a queue pair state, with libibverbs' values.
