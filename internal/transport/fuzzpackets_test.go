@@ -3,6 +3,7 @@ package transport
 import (
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/internal/wire/wiretest"
 )
 
 // Opcode tables the packet records index into.
@@ -89,9 +90,7 @@ func buildPacket(r *fuzzReader, env *pktEnv) (pkt []byte, fromBad, flush bool) {
 			if ctl&0x40 == 0 {
 				pkt[2], pkt[3] = 0xFF, 0xFF
 			}
-			var icrc [wire.ICRCLen]byte
-			wire.PutICRC(icrc[:], flow.ICRC(pkt))
-			pkt = append(pkt, icrc[:]...)
+			pkt = wiretest.AppendICRC(flow, pkt)
 		}
 		return pkt, fromBad, flush
 	}
@@ -146,9 +145,7 @@ func buildPacket(r *fuzzReader, env *pktEnv) (pkt []byte, fromBad, flush bool) {
 			pkt = append(pkt, 0)
 		}
 	}
-	var icrc [wire.ICRCLen]byte
-	wire.PutICRC(icrc[:], flow.ICRC(pkt))
-	return append(pkt, icrc[:]...), fromBad, flush
+	return wiretest.AppendICRC(flow, pkt), fromBad, flush
 }
 
 // payloadLen reads a payload length field (pm, see buildPacket).

@@ -1,13 +1,12 @@
 package transport
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/internal/wire/wiretest"
 )
 
 // seedPkt is a packet record in the form buildPacket reads it.
@@ -103,15 +102,10 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	write := func(target string, seeds map[string][]byte) {
 		dir := filepath.Join("testdata", "fuzz", target)
 		// Keep the inputs the fuzzer found (regression-*): the generator cannot make them.
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			if !strings.HasPrefix(e.Name(), "regression-") {
-				must(t, os.Remove(filepath.Join(dir, e.Name())))
-			}
-		}
+		must(t, wiretest.ClearSeeds(dir))
 		must(t, os.MkdirAll(dir, 0o755))
 		for name, data := range seeds {
-			must(t, os.WriteFile(filepath.Join(dir, name), []byte(fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", data)), 0o644))
+			must(t, os.WriteFile(filepath.Join(dir, name), wiretest.CorpusFile(data), 0o644))
 		}
 		t.Logf("%s: %d seeds", target, len(seeds))
 	}

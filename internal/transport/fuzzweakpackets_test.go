@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/internal/wire/wiretest"
 )
 
 // Opcode tables the weak-mode packet records index into: the weak-mode requests (for a
@@ -66,9 +67,7 @@ func buildWeakPacket(r *fuzzReader, env *weakEnv) (pkt []byte, fromBad, flush bo
 		if kind == 6 && len(pkt) >= wire.BTHLen {
 			pkt[2], pkt[3] = 0xFF, 0xFF
 			pkt[5], pkt[6], pkt[7] = byte(env.destQP>>16), byte(env.destQP>>8), byte(env.destQP)
-			var icrc [wire.ICRCLen]byte
-			wire.PutICRC(icrc[:], flow.ICRC(pkt))
-			pkt = append(pkt, icrc[:]...)
+			pkt = wiretest.AppendICRC(flow, pkt)
 		}
 		return pkt, fromBad, flush
 	}
@@ -113,9 +112,7 @@ func buildWeakPacket(r *fuzzReader, env *weakEnv) (pkt []byte, fromBad, flush bo
 	bth := wire.BTH{Opcode: op, AckReq: ctl&0x40 == 0, PKey: wire.DefaultPKey, DestQP: env.destQP, PSN: psn, PadCnt: uint8(pad)}
 	bth.Put(hdr)
 	pkt = append(append(hdr, pay...), make([]byte, pad)...)
-	var icrc [wire.ICRCLen]byte
-	wire.PutICRC(icrc[:], flow.ICRC(pkt))
-	return append(pkt, icrc[:]...), fromBad, flush
+	return wiretest.AppendICRC(flow, pkt), fromBad, flush
 }
 
 // weakOOHFields reads an OOH record (see buildWeakPacket) into b.

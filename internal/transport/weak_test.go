@@ -10,6 +10,7 @@ import (
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/internal/wire/wiretest"
 )
 
 // pktRig is a connected pair of QPs (weakly-ordered unless made with newRig) whose devices
@@ -75,16 +76,9 @@ func deliverTo(to, from *side, pkt []byte) {
 
 // seal appends pad and ICRC for a packet from from's device to to's device.
 func seal(from, to *side, pkt []byte) []byte {
-	pad := wire.PadFor(len(pkt) - headerLenOf(pkt))
-	pkt = append(pkt, make([]byte, pad)...)
-	pkt[1] |= byte(pad) << 4
-	f := wire.Flow{Src: from.d.LocalAddr().Addr(), Dst: to.d.LocalAddr().Addr(), SrcPort: from.d.LocalAddr().Port(), DstPort: to.d.LocalAddr().Port(), DF: true}
-	var c [4]byte
-	wire.PutICRC(c[:], f.ICRC(pkt))
-	return append(pkt, c[:]...)
+	f := wiretest.Flow(from.d.LocalAddr(), to.d.LocalAddr())
+	return wiretest.Seal(&f, pkt)
 }
-
-func headerLenOf(pkt []byte) int { return wire.Opcode(pkt[0]).Info().HdrLen }
 
 // weakData builds a weak SEND or WRITE packet from a to b.
 func (rg *pktRig) weakData(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, imm uint32, payload []byte) []byte {
