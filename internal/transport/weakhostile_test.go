@@ -6,9 +6,11 @@ import (
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
-// Regression tests for weak-mode bugs the weak-mode fuzz targets and tests found (all
-// fixed): hostile or inconsistent OOH headers must never lose, duplicate or misplace a
-// completion, touch memory outside the window, or panic.
+// A weakly-ordered responder given hostile or inconsistent headers (receive sequence
+// numbers out of step with PSNs, packets of one message that disagree about where it
+// starts or ends, a request for a resource slot still held, a PSN as far ahead as the PSN
+// space goes) must never lose, duplicate or misplace a completion, touch memory outside
+// the window, or panic. (Each case was found by the weak-mode fuzz targets or tests.)
 
 // A weak SEND at the expected PSN whose OOH claims receive sequence number 2 while
 // messages 0 and 1 never arrived binds the third receive WQE, but when it completes the

@@ -1,0 +1,196 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	"github.com/softrnic/softrnic/internal/tpt"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// Requester-side buffer layout: a source region (SEND/WRITE data) and a destination region
+// (READ and atomic results), with canaries around both.
+const (
+	txGap    = 256
+	txSrcOff = txGap
+	txSrcLen = 2048
+	txDstOff = txSrcOff + txSrcLen + txGap
+	txDstLen = 4096
+	txTotal  = txDstOff + txDstLen + txGap
+)
+
+// Work request i of requesterWRs addresses remote memory [requesterRemoteBase+i*0x1000,
+// +requesterRemoteLen[i]).
+const requesterRemoteBase = 0x10000
+
+var requesterRemoteLen = [...]uint64{0, 600, 8, 300, 8, 1000, 0, 0}
+
+// requesterWRs returns the work requests FuzzRequesterResponses posts, selected by mask,
+// and the destination spans they may write.
+func requesterWRs(src, dst *tpt.Region, mask uint8, fence bool) ([]SendWR, []span) {
+	if mask == 0 {
+		mask = 0xFF
+	}
+	s := func(off, n int) SGE { return SGE{Addr: src.IOVA() + uint64(off), Length: uint32(n), LKey: src.Key()} }
+	d := func(off, n int) SGE { return SGE{Addr: dst.IOVA() + uint64(off), Length: uint32(n), LKey: dst.Key()} }
+	var ff uint8
+	if fence {
+		ff = FlagFence
+	}
+	all := []struct {
+		wr    SendWR
+		spans []span
+	}{
+		{SendWR{Opcode: WRSend, SG: []SGE{s(0, 100)}}, nil},
+		{SendWR{Opcode: WRRead, SG: []SGE{d(64, 300), d(512, 300)}}, []span{{64, 300}, {512, 300}}},
+		{SendWR{Opcode: WRAtomicFetch, CompareAdd: 3, SG: []SGE{d(1024, 8)}}, []span{{1024, 8}}},
+		{SendWR{Opcode: WRWrite, SG: []SGE{s(100, 300)}}, nil},
+		{SendWR{Opcode: WRAtomicCmpSwap, Flags: ff, CompareAdd: 0, Swap: 9, SG: []SGE{d(1040, 8)}}, []span{{1040, 8}}},
+		{SendWR{Opcode: WRRead, Flags: ff, SG: []SGE{d(1100, 1000)}}, []span{{1100, 1000}}},
+		{SendWR{Opcode: WRRead}, nil}, // zero-length READ
+		{SendWR{Opcode: WRWriteImm, Imm: 5}, nil},
+	}
+	var wrs []SendWR
+	var spans []span
+	for i, w := range all {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		w.wr.WRID = uint64(i)
+		w.wr.Flags |= FlagSignaled
+		w.wr.RemoteAddr, w.wr.RKey = requesterRemoteBase+uint64(i)*0x1000, 0x123456
+		wrs = append(wrs, w.wr)
+		for _, sp := range w.spans {
+			spans = append(spans, span{txDstOff + sp.off, sp.n})
+		}
+	}
+	return wrs, spans
+}
+
+// FuzzRequesterResponses feeds ACKs, NAKs, READ responses and atomic ACKs (and anything
+// else) to a requester QP with outstanding work requests, and checks that local memory
+// outside the READ and atomic destination buffers never changes, that the send queue's
+// indices and the outstanding READ/atomic count stay consistent, and that the device keeps
+// working.
+//
+// Input header (then packet records, see buildPacket; PSN base = the oldest unacknowledged
+// PSN; opcode table = response opcodes):
+//
+//	h0  bits 0-1 MTU (256, 512, 1024, 256); bits 2-4: 7 - retry_cnt; bits 5-7: 7 - rnr_retry
+//	h1  which work requests to post (bit i: requesterWRs entry i; 0 = all)
+//	h2  bits 0-4: 16 - max_rd_atomic (clamped); bit 5 fence the CmpSwap and second READ
+//	SQ PSN (u24)
+func FuzzRequesterResponses(f *testing.F) {
+	g := newGuarded(txTotal)
+	src := g.fill(txSrcOff, txSrcLen, func(i int) byte { return byte(i*7 + 1) })
+	dst := g.fill(txDstOff, txDstLen, func(i int) byte { return 0xD0 ^ byte(i%53) })
+
+	// Requests go to the peer QP, carry data of the source region and address the remote
+	// range of their work request.
+	var peerQPN atomic.Uint32
+	mon := &txMonitor{check: func(p *wire.Packet) string {
+		if p.BTH.DestQP != peerQPN.Load() {
+			return fmt.Sprintf("to QP %#x, not the peer QP %#x", p.BTH.DestQP, peerQPN.Load())
+		}
+		if len(p.Payload) > 0 && !bytes.Contains(src, p.Payload) {
+			return fmt.Sprintf("%v payload of %d bytes is not from the source buffer", p.BTH.Opcode, len(p.Payload))
+		}
+		va, n := p.RETH.VA, uint64(p.RETH.DMALen)
+		if p.Info.Has(wire.IsAtomic) {
+			va, n = p.Atomic.VA, 8
+		} else if !p.Info.Has(wire.HasRETH) {
+			return ""
+		}
+		i := (va - requesterRemoteBase) / 0x1000
+		if va < requesterRemoteBase || i >= uint64(len(requesterRemoteLen)) {
+			return fmt.Sprintf("%v to remote address %#x, no work request's", p.BTH.Opcode, va)
+		}
+		base := requesterRemoteBase + i*0x1000
+		if va+n > base+requesterRemoteLen[i] || !p.Info.Has(wire.IsRead) && va != base {
+			return fmt.Sprintf("%v [%#x, +%d) outside work request %d's remote range [%#x, +%d)", p.BTH.Opcode, va, n, i, base, requesterRemoteLen[i])
+		}
+		return ""
+	}}
+	a := openSide(f, "127.0.0.1", Config{FaultFilter: mon.filter, ReadChunk: 2})
+	b := openSide(f, "127.0.0.2", Config{})
+	peerQPN.Store(b.qp.QPN())
+	mon.flow.Store(&wire.Flow{Src: a.d.LocalAddr().Addr(), Dst: b.d.LocalAddr().Addr(), SrcPort: a.d.LocalAddr().Port(), DstPort: b.d.LocalAddr().Port(), DF: true})
+	msrc, err := a.d.MRs().Register(1, src, iova(src), 0) // local read only
+	must(f, err)
+	mdst, err := a.d.MRs().Register(1, dst, iova(dst), tpt.LocalWrite)
+	must(f, err)
+	live := newLiveness(f, mon, a.d, b.d, Ordered)
+	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
+	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), bAddr.Port())
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		defer watchdog(data).Stop()
+		live.tick(t)
+		g.reset()
+		_ = mon.take()
+
+		r := &fuzzReader{b: data}
+		h0, h1, h2 := r.u8(), r.u8(), r.u8()
+		sqpsn := r.u24()
+		mtu := [4]uint8{wire.MTU256, wire.MTU512, wire.MTU1024, wire.MTU256}[h0&3]
+		maxRd := 16 - min(int(h2&0x1F), 16)
+
+		cq := a.d.NewCQ(128)
+		qp, err := a.d.CreateQP(QPConfig{PD: 1, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2})
+		must(t, err)
+		defer qp.Destroy()
+		must(t, qp.Modify(&Attr{State: StateInit, Port: 1, Access: tpt.LocalWrite | tpt.RemoteWrite | tpt.RemoteRead | tpt.RemoteAtomic},
+			MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
+		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: b.qp.QPN(), RQPSN: 0, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+			Peer: bAddr}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer, lim))
+		// Timeout 0: no local ACK timer, so nothing is retransmitted behind the fuzzer's back.
+		must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: sqpsn, Timeout: 0, RetryCnt: 7 - h0>>2&7, RNRRetry: 7 - h0>>5, MaxRdAtomic: uint8(maxRd)},
+			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
+		wrs, allowed := requesterWRs(msrc, mdst, h1, h2&0x20 != 0)
+		if _, err := qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+
+		env := &pktEnv{
+			ops:     fuzzRespOps,
+			destQP:  qp.QPN(),
+			mtu:     wire.MTUBytes(mtu),
+			regions: [4]fuzzRegion{regionOf(mdst), regionOf(msrc), regionOf(mdst), regionOf(msrc)},
+			good:    wire.Flow{Src: bAddr.Addr(), Dst: aAddr.Addr(), SrcPort: bAddr.Port(), DstPort: aAddr.Port(), DF: true},
+			bad:     wire.Flow{Src: badAddr.Addr(), Dst: aAddr.Addr(), SrcPort: badAddr.Port(), DstPort: aAddr.Port(), DF: true},
+		}
+		for n := 0; n < maxFuzzPackets && !r.empty(); n++ {
+			qp.mu.Lock()
+			env.psnBase = qp.req.una
+			qp.mu.Unlock()
+			pkt, fromBad, flush := buildPacket(r, env)
+			from := bAddr
+			if fromBad {
+				from = badAddr
+			}
+			g.snapshot()
+			if feed(a.d, qp, pkt, from, flush) {
+				if err := g.changedSince(); err != nil {
+					t.Fatalf("packet %d (%x) was refused but changed memory: %v", n, pkt, err)
+				}
+			}
+			if err := requesterConsistent(qp); err != nil {
+				t.Fatalf("after packet %d (%x): %v", n, pkt, err)
+			}
+		}
+		finish(a.d)
+		if testing.Verbose() {
+			logOutcome(t, qp, cq)
+		}
+
+		if err := g.check(allowed); err != nil {
+			t.Fatalf("requester memory: %v", err)
+		}
+		if e := mon.take(); e != "" {
+			t.Fatalf("requester: %s", e)
+		}
+	})
+}
