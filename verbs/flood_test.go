@@ -159,7 +159,7 @@ func readFlood(b testing.TB, n int, flood bool) ([]time.Duration, float64) {
 func sendReadRequest(b testing.TB, uc *net.UDPConn, dev *verbs.Context, qp *verbs.QP, psn uint32, src *verbs.MR) {
 	op := wire.OpReadRequest
 	pkt := make([]byte, op.Info().HdrLen, op.Info().HdrLen+4)
-	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPNum(), PSN: psn, AckReq: true}
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPNum(), PSN: wire.PSN(psn), AckReq: true}
 	bth.Put(pkt)
 	reth := wire.RETH{VA: src.Addr(), RKey: src.RKey(), DMALen: uint32(src.Len())}
 	reth.Put(pkt[wire.BTHLen:])

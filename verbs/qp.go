@@ -317,7 +317,7 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 	}
 	ta := transport.Attr{
 		State: transport.QPState(attr.QPState), CurState: transport.QPState(attr.CurQPState),
-		PathMTU: uint8(attr.PathMTU), DestQPN: attr.DestQPNum, RQPSN: attr.RQPSN, SQPSN: attr.SQPSN,
+		PathMTU: uint8(attr.PathMTU), DestQPN: attr.DestQPNum, RQPSN: wire.PSN(attr.RQPSN), SQPSN: wire.PSN(attr.SQPSN),
 		MaxRdAtomic: attr.MaxRdAtomic, MaxDestRdAtomic: attr.MaxDestRdAtomic, MinRNRTimer: attr.MinRNRTimer,
 		Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
 		Access: tpt.Access(attr.QPAccessFlags), PKeyIndex: attr.PKeyIndex, Port: attr.PortNum,
@@ -367,7 +367,7 @@ func (q *QP) QueryQP() (QPAttr, QPInitAttr) {
 	attr := QPAttr{
 		QPState: QPState(a.State), CurQPState: QPState(a.State), PathMTU: MTU(a.PathMTU),
 		QPAccessFlags: AccessFlags(a.Access), PKeyIndex: a.PKeyIndex, PortNum: a.Port,
-		DestQPNum: a.DestQPN, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
+		DestQPNum: a.DestQPN, RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), MaxRdAtomic: a.MaxRdAtomic,
 		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Cap: q.init.Cap,
 		Ordering: Ordering(a.Ordering), MaxHole: a.MaxHole,
@@ -588,11 +588,11 @@ func (q *QP) Holes() HoleReport {
 	h := q.qp.Holes()
 	var r HoleReport
 	for _, x := range h.Responder {
-		r.Responder = append(r.Responder, Hole{Start: x.Start, End: x.End,
+		r.Responder = append(r.Responder, Hole{Start: uint32(x.Start), End: uint32(x.End),
 			RecvCompletions: int(x.Counts[0]), ReadRequestsHeld: int(x.Counts[1]), AtomicsHeld: int(x.Counts[2])})
 	}
 	for _, x := range h.Requester {
-		r.Requester = append(r.Requester, Hole{Start: x.Start, End: x.End,
+		r.Requester = append(r.Requester, Hole{Start: uint32(x.Start), End: uint32(x.End),
 			SendsAcked: int(x.Counts[0]), ReadResponsesCompleted: int(x.Counts[1]), AtomicsAnswered: int(x.Counts[2])})
 	}
 	return r

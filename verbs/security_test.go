@@ -21,7 +21,7 @@ func forgedSend(t *testing.T, src netip.AddrPort, dev *verbs.Context, qp *verbs.
 	defer uc.Close()
 	op := wire.OpSendOnly
 	pkt := make([]byte, op.Info().HdrLen, 64)
-	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPNum(), PSN: psn, AckReq: true,
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPNum(), PSN: wire.PSN(psn), AckReq: true,
 		PadCnt: uint8(wire.PadFor(len(payload)))}
 	bth.Put(pkt)
 	pkt = append(pkt, payload...)

@@ -15,7 +15,11 @@
 // the next hole and every item before it is released.
 package holes
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softrnic/softrnic/internal/wire"
+)
 
 // MaxKinds bounds the number of item kinds a Tracker counts.
 const MaxKinds = 4
@@ -26,7 +30,7 @@ type Kind uint8
 // Item is something that completed at PSN but may only be delivered once every PSN before
 // it has arrived. Ref is the caller's handle.
 type Item struct {
-	PSN  uint32
+	PSN  wire.PSN
 	Kind Kind
 	Ref  uint32
 }
@@ -34,12 +38,12 @@ type Item struct {
 // Hole is a run [Start, End) of missing PSNs, with the number of items of each kind held
 // beyond it (between End and the next hole).
 type Hole struct {
-	Start, End uint32
+	Start, End wire.PSN
 	Counts     [MaxKinds]uint32
 }
 
 // Size returns the number of PSNs missing in the hole.
-func (h Hole) Size() uint32 { return (h.End - h.Start) & psnMask }
+func (h Hole) Size() uint32 { return uint32(h.End-h.Start) & wire.PSNMask }
 
 // Status is the outcome of Mark.
 type Status uint8
@@ -51,20 +55,10 @@ const (
 	Beyond                  // part of the range lies past the span: nothing was recorded
 )
 
-const psnMask = 1<<24 - 1
-
-func after(a, b uint32) int32 { // a - b in circular 24-bit order
-	d := (a - b) & psnMask
-	if d >= 1<<23 {
-		return int32(d) - 1<<24
-	}
-	return int32(d)
-}
-
 // Tracker is the arrival bitmap, the hole list and the held items of one PSN stream.
 type Tracker struct {
-	base  uint32
-	high  uint32
+	base  wire.PSN
+	high  wire.PSN
 	span  uint32
 	bits  []uint64 // bit p%span for PSN p in [base, base+span)
 	holes []Hole
@@ -78,7 +72,7 @@ type Tracker struct {
 
 // New returns a tracker whose first expected PSN is base and which can track span PSNs
 // past it (rounded up to a power of two, at least 64, at most 2^23).
-func New(base, span uint32) *Tracker {
+func New(base wire.PSN, span uint32) *Tracker {
 	s := uint32(64)
 	for s < span && s < 1<<23 {
 		s <<= 1
@@ -89,8 +83,8 @@ func New(base, span uint32) *Tracker {
 }
 
 // Reset forgets everything and expects base next.
-func (t *Tracker) Reset(base uint32) {
-	base &= psnMask
+func (t *Tracker) Reset(base wire.PSN) {
+	base &= wire.PSNMask
 	t.base, t.high = base, base
 	t.ahead = 0
 	clear(t.bits)
@@ -100,32 +94,32 @@ func (t *Tracker) Reset(base uint32) {
 }
 
 // Base returns the first PSN not yet received: every PSN before it has arrived.
-func (t *Tracker) Base() uint32 { return t.base }
+func (t *Tracker) Base() wire.PSN { return t.base }
 
 // High returns one past the highest PSN received.
-func (t *Tracker) High() uint32 { return t.high }
+func (t *Tracker) High() wire.PSN { return t.high }
 
 // Span returns how many PSNs past Base can be tracked.
 func (t *Tracker) Span() uint32 { return t.span }
 
-func (t *Tracker) bit(p uint32) bool {
-	i := p & (t.span - 1)
+func (t *Tracker) bit(p wire.PSN) bool {
+	i := uint32(p) & (t.span - 1)
 	return t.bits[i/64]&(1<<(i%64)) != 0
 }
 
-func (t *Tracker) set(p uint32) {
-	i := p & (t.span - 1)
+func (t *Tracker) set(p wire.PSN) {
+	i := uint32(p) & (t.span - 1)
 	t.bits[i/64] |= 1 << (i % 64)
 }
 
-func (t *Tracker) clearBit(p uint32) {
-	i := p & (t.span - 1)
+func (t *Tracker) clearBit(p wire.PSN) {
+	i := uint32(p) & (t.span - 1)
 	t.bits[i/64] &^= 1 << (i % 64)
 }
 
 // Has reports whether PSN p has arrived (PSNs before Base have).
-func (t *Tracker) Has(p uint32) bool {
-	d := after(p, t.base)
+func (t *Tracker) Has(p wire.PSN) bool {
+	d := p.Diff(t.base)
 	if d < 0 {
 		return true
 	}
@@ -138,23 +132,23 @@ func (t *Tracker) Has(p uint32) bool {
 // HasRange reports whether every PSN of [first, first+n) has arrived. Its work is
 // bounded by the span, whatever first and n are: PSNs before Base have arrived, and a
 // range reaching past the span has not.
-func (t *Tracker) HasRange(first, n uint32) bool {
+func (t *Tracker) HasRange(first wire.PSN, n uint32) bool {
 	if n == 0 {
 		return true
 	}
-	first &= psnMask
-	if d := after(first, t.base); d < 0 {
+	first &= wire.PSNMask
+	if d := first.Diff(t.base); d < 0 {
 		below := uint32(-d) // PSNs of the range before base: all arrived
 		if n <= below {
 			return true
 		}
 		first, n = t.base, n-below
 	}
-	if int64(after(first, t.base))+int64(n) > int64(t.span) {
+	if int64(first.Diff(t.base))+int64(n) > int64(t.span) {
 		return false
 	}
 	for i := uint32(0); i < n; i++ {
-		if !t.bit((first + i) & psnMask) {
+		if !t.bit(first.Add(i)) {
 			return false
 		}
 	}
@@ -166,24 +160,24 @@ func (t *Tracker) HasRange(first, n uint32) bool {
 // stay with the part after), one it touches shrinks; arriving past High opens a hole
 // for the PSNs skipped. Mark does not move Base or release anything: call Hold for what
 // the arrival completed, then Advance.
-func (t *Tracker) Mark(first, n uint32) Status {
+func (t *Tracker) Mark(first wire.PSN, n uint32) Status {
 	if n == 0 {
 		return Duplicate
 	}
-	first &= psnMask
-	end := (first + n) & psnMask
-	if after(end, t.base) > int32(t.span) {
+	first &= wire.PSNMask
+	end := first.Add(n)
+	if end.Diff(t.base) > int32(t.span) {
 		return Beyond
 	}
-	if after(end, t.base) <= 0 {
+	if end.Diff(t.base) <= 0 {
 		return Duplicate
 	}
 	a := first
-	if after(a, t.base) < 0 {
+	if a.Diff(t.base) < 0 {
 		a = t.base
 	}
 	fresh := false
-	for p := a; p != end; p = (p + 1) & psnMask {
+	for p := a; p != end; p = p.Add(1) {
 		if !t.bit(p) {
 			t.set(p)
 			t.ahead++
@@ -195,14 +189,14 @@ func (t *Tracker) Mark(first, n uint32) Status {
 	}
 	// Holes the range overlaps (they only hold PSNs below High).
 	hi := end
-	if after(hi, t.high) > 0 {
+	if hi.Diff(t.high) > 0 {
 		hi = t.high
 	}
-	if after(hi, a) > 0 {
+	if hi.Diff(a) > 0 {
 		t.fill(a, hi)
 	}
-	if after(end, t.high) > 0 {
-		if after(a, t.high) > 0 {
+	if end.Diff(t.high) > 0 {
+		if a.Diff(t.high) > 0 {
 			t.holes = append(t.holes, Hole{Start: t.high, End: a})
 			t.Opened++
 		}
@@ -212,13 +206,13 @@ func (t *Tracker) Mark(first, n uint32) Status {
 }
 
 // fill updates the holes for PSNs [a, b) (all below High) having arrived.
-func (t *Tracker) fill(a, b uint32) {
+func (t *Tracker) fill(a, b wire.PSN) {
 	for i := 0; i < len(t.holes); i++ {
 		h := &t.holes[i]
-		if after(h.End, a) <= 0 || after(b, h.Start) <= 0 {
+		if h.End.Diff(a) <= 0 || b.Diff(h.Start) <= 0 {
 			continue // no overlap
 		}
-		coversStart, coversEnd := after(a, h.Start) <= 0, after(b, h.End) >= 0
+		coversStart, coversEnd := a.Diff(h.Start) <= 0, b.Diff(h.End) >= 0
 		switch {
 		case coversStart && coversEnd: // filled: the hole closes
 			if i > 0 {
@@ -250,17 +244,17 @@ func (t *Tracker) fill(a, b uint32) {
 // until everything before it has. It is counted on the hole just before it. Items at or
 // before the first hole are released by the next Advance.
 func (t *Tracker) Hold(it Item) {
-	it.PSN &= psnMask
+	it.PSN &= wire.PSNMask
 	// Items are kept in PSN order; they mostly come in order.
 	i := len(t.items)
-	for i > 0 && after(t.items[i-1].PSN, it.PSN) > 0 {
+	for i > 0 && t.items[i-1].PSN.Diff(it.PSN) > 0 {
 		i--
 	}
 	t.items = append(t.items, Item{})
 	copy(t.items[i+1:], t.items[i:])
 	t.items[i] = it
 	for k := len(t.holes) - 1; k >= 0; k-- {
-		if after(it.PSN, t.holes[k].End) >= 0 {
+		if it.PSN.Diff(t.holes[k].End) >= 0 {
 			t.holes[k].Counts[it.Kind]++
 			return
 		}
@@ -274,13 +268,13 @@ func (t *Tracker) Advance(out []Item) []Item {
 	if len(t.holes) > 0 {
 		nb = t.holes[0].Start
 	}
-	for p := t.base; p != nb; p = (p + 1) & psnMask {
+	for p := t.base; p != nb; p = p.Add(1) {
 		t.clearBit(p)
 		t.ahead--
 	}
 	t.base = nb
 	k := 0
-	for k < len(t.items) && after(t.items[k].PSN, nb) < 0 {
+	for k < len(t.items) && t.items[k].PSN.Diff(nb) < 0 {
 		k++
 	}
 	if k > 0 {
@@ -306,7 +300,7 @@ func (t *Tracker) Held() int { return len(t.items) }
 
 // Received appends to dst the runs of PSNs received past Base, as [start, end) pairs:
 // what a selective acknowledgement reports. At most max runs are returned.
-func (t *Tracker) Received(dst [][2]uint32, max int) [][2]uint32 {
+func (t *Tracker) Received(dst [][2]wire.PSN, max int) [][2]wire.PSN {
 	for i, h := range t.holes {
 		if len(dst) >= max {
 			break
@@ -315,7 +309,7 @@ func (t *Tracker) Received(dst [][2]uint32, max int) [][2]uint32 {
 		if i+1 < len(t.holes) {
 			e = t.holes[i+1].Start
 		}
-		dst = append(dst, [2]uint32{h.End, e})
+		dst = append(dst, [2]wire.PSN{h.End, e})
 	}
 	return dst
 }
@@ -329,18 +323,18 @@ func (t *Tracker) Check() error {
 		if i == 0 && h.Start != t.base {
 			return fmt.Errorf("first hole starts at %d, base is %d", h.Start, t.base)
 		}
-		if i > 0 && after(h.Start, prevEnd) <= 0 {
+		if i > 0 && h.Start.Diff(prevEnd) <= 0 {
 			return fmt.Errorf("hole %d [%d,%d) not after %d", i, h.Start, h.End, prevEnd)
 		}
-		if after(h.End, h.Start) <= 0 || after(h.End, t.high) >= 0 {
+		if h.End.Diff(h.Start) <= 0 || h.End.Diff(t.high) >= 0 {
 			return fmt.Errorf("hole %d [%d,%d) empty or not below high %d", i, h.Start, h.End, t.high)
 		}
-		for p := h.Start; p != h.End; p = (p + 1) & psnMask {
+		for p := h.Start; p != h.End; p = p.Add(1) {
 			if t.bit(p) {
 				return fmt.Errorf("hole %d holds received PSN %d", i, p)
 			}
 		}
-		for p := prevEnd; p != h.Start; p = (p + 1) & psnMask {
+		for p := prevEnd; p != h.Start; p = p.Add(1) {
 			if !t.bit(p) && p != t.base {
 				return fmt.Errorf("PSN %d missing outside any hole", p)
 			}
@@ -351,7 +345,7 @@ func (t *Tracker) Check() error {
 			next = t.holes[i+1].Start
 		}
 		for _, it := range t.items {
-			if after(it.PSN, h.End) >= 0 && after(it.PSN, next) < 0 {
+			if it.PSN.Diff(h.End) >= 0 && it.PSN.Diff(next) < 0 {
 				want[it.Kind]++
 			}
 		}
@@ -364,7 +358,7 @@ func (t *Tracker) Check() error {
 		return fmt.Errorf("no hole but base %d != high %d", t.base, t.high)
 	}
 	var n uint32
-	for p := t.base; p != t.high; p = (p + 1) & psnMask {
+	for p := t.base; p != t.high; p = p.Add(1) {
 		if t.bit(p) {
 			n++
 		}

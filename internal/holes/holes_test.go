@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/softrnic/softrnic/internal/wire"
 )
 
 const (
@@ -18,8 +20,8 @@ func mustCheck(t *testing.T, tr *Tracker) {
 	}
 }
 
-func psns(items []Item) []uint32 {
-	var p []uint32
+func psns(items []Item) []wire.PSN {
+	var p []wire.PSN
 	for _, it := range items {
 		p = append(p, it.PSN)
 	}
@@ -27,7 +29,7 @@ func psns(items []Item) []uint32 {
 }
 
 // arrive marks one PSN, holds an item there if it completes one, and advances.
-func arrive(t *testing.T, tr *Tracker, p uint32, hold *Item) []Item {
+func arrive(t *testing.T, tr *Tracker, p wire.PSN, hold *Item) []Item {
 	t.Helper()
 	if st := tr.Mark(p, 1); st != Fresh {
 		t.Fatalf("Mark(%d) = %d", p, st)
@@ -57,7 +59,7 @@ func TestSendBeyondHole(t *testing.T) {
 	}
 	// 101 (the retransmission) closes it.
 	out := arrive(t, tr, 101, nil)
-	if !slices.Equal(psns(out), []uint32{102}) || tr.NumHoles() != 0 || tr.Base() != 103 {
+	if !slices.Equal(psns(out), []wire.PSN{102}) || tr.NumHoles() != 0 || tr.Base() != 103 {
 		t.Fatalf("after close: out %v holes %d base %d", out, tr.NumHoles(), tr.Base())
 	}
 	if tr.Opened != 1 || tr.Closed != 1 || tr.Released != 1 {
@@ -68,7 +70,7 @@ func TestSendBeyondHole(t *testing.T) {
 // Two holes, closing in either order: items wait for every hole before them, and the
 // counts of a hole that closes first move to the hole before it.
 func TestTwoHoles(t *testing.T) {
-	for _, order := range [][2]uint32{{1, 4}, {4, 1}} {
+	for _, order := range [][2]wire.PSN{{1, 4}, {4, 1}} {
 		tr := New(0, 64)
 		arrive(t, tr, 0, nil)
 		arrive(t, tr, 2, &Item{PSN: 2, Kind: kSend})
@@ -81,7 +83,7 @@ func TestTwoHoles(t *testing.T) {
 		out := arrive(t, tr, order[0], nil)
 		if order[0] == 1 {
 			// The first hole closes: what is beyond it up to the second hole goes.
-			if !slices.Equal(psns(out), []uint32{2, 3}) {
+			if !slices.Equal(psns(out), []wire.PSN{2, 3}) {
 				t.Fatalf("order %v: first close released %v", order, psns(out))
 			}
 		} else {
@@ -92,9 +94,9 @@ func TestTwoHoles(t *testing.T) {
 			}
 		}
 		out = arrive(t, tr, order[1], nil)
-		want := []uint32{5}
+		want := []wire.PSN{5}
 		if order[0] == 4 {
-			want = []uint32{2, 3, 5}
+			want = []wire.PSN{2, 3, 5}
 		}
 		if !slices.Equal(psns(out), want) || tr.NumHoles() != 0 || tr.Base() != 6 {
 			t.Fatalf("order %v: last close released %v, base %d", order, psns(out), tr.Base())
@@ -118,7 +120,7 @@ func TestHoleSplit(t *testing.T) {
 	}
 	out := tr.Advance(nil)
 	mustCheck(t, tr)
-	if !slices.Equal(psns(out), []uint32{5}) || tr.Base() != 6 {
+	if !slices.Equal(psns(out), []wire.PSN{5}) || tr.Base() != 6 {
 		t.Fatalf("released %v base %d", psns(out), tr.Base())
 	}
 }
@@ -138,7 +140,7 @@ func TestDuplicateAndBeyond(t *testing.T) {
 		t.Fatal("refused range recorded")
 	}
 	// The last PSN of the span is fine, across the wrap.
-	if tr.Mark((0xFFFFF1+63)&psnMask, 1) != Fresh {
+	if tr.Mark((0xFFFFF1+63)&wire.PSNMask, 1) != Fresh {
 		t.Fatal("end of span refused")
 	}
 	tr.Advance(nil)
@@ -150,8 +152,8 @@ func TestDuplicateAndBeyond(t *testing.T) {
 
 // model is the reference: holes and counts computed from scratch.
 type model struct {
-	base, high uint32
-	got        map[uint32]bool
+	base, high wire.PSN
+	got        map[wire.PSN]bool
 	items      []Item
 }
 
@@ -189,13 +191,13 @@ func TestAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 300; round++ {
 		// Messages: [first, last] ranges covering 0..n-1; an item at each last PSN.
-		n := uint32(1 + rng.IntN(120))
-		var lasts []uint32
-		msgOf := map[uint32][2]uint32{}
-		for p := uint32(0); p < n; {
-			l := min(p+uint32(rng.IntN(5)), n-1)
+		n := wire.PSN(1 + rng.IntN(120))
+		var lasts []wire.PSN
+		msgOf := map[wire.PSN][2]wire.PSN{}
+		for p := wire.PSN(0); p < n; {
+			l := min(p+wire.PSN(rng.IntN(5)), n-1)
 			for q := p; q <= l; q++ {
-				msgOf[q] = [2]uint32{p, l}
+				msgOf[q] = [2]wire.PSN{p, l}
 			}
 			lasts = append(lasts, l)
 			p = l + 1
@@ -205,10 +207,10 @@ func TestAgainstModel(t *testing.T) {
 			order = append(order, rng.IntN(int(n)))
 		}
 		tr := New(0, 128)
-		m := &model{got: map[uint32]bool{}}
-		var released []uint32
+		m := &model{got: map[wire.PSN]bool{}}
+		var released []wire.PSN
 		for _, pi := range order {
-			p := uint32(pi)
+			p := wire.PSN(pi)
 			st := tr.Mark(p, 1)
 			if (st == Duplicate) != m.got[p] {
 				t.Fatalf("round %d: Mark(%d) = %d, seen %v", round, p, st, m.got[p])
@@ -221,7 +223,7 @@ func TestAgainstModel(t *testing.T) {
 				m.high = p + 1
 			}
 			msg := msgOf[p]
-			if tr.HasRange(msg[0], msg[1]-msg[0]+1) {
+			if tr.HasRange(msg[0], uint32(msg[1]-msg[0]+1)) {
 				it := Item{PSN: msg[1], Kind: Kind(msg[1] % 2)}
 				tr.Hold(it)
 				m.items = append(m.items, it)
@@ -230,7 +232,7 @@ func TestAgainstModel(t *testing.T) {
 			for m.got[m.base] {
 				m.base++
 			}
-			var want []uint32
+			var want []wire.PSN
 			kept := m.items[:0]
 			slices.SortFunc(m.items, func(a, b Item) int { return int(a.PSN) - int(b.PSN) })
 			for _, it := range m.items {
@@ -265,8 +267,9 @@ func TestHasRangeBounded(t *testing.T) {
 	tr := New(base, 64)
 	tr.Mark(base+2, 3) // base+2..base+4 arrived, base and base+1 missing
 	for _, c := range []struct {
-		first, n uint32
-		want     bool
+		first wire.PSN
+		n     uint32
+		want  bool
 	}{
 		{base - 10, 5, true},                 // wholly before Base
 		{base - 10, 10, true},                // up to Base
@@ -278,8 +281,8 @@ func TestHasRangeBounded(t *testing.T) {
 		{base + 64, 1, false},                // past the span
 		{base - 1, 0, true},                  // empty
 	} {
-		if got := tr.HasRange(c.first&psnMask, c.n); got != c.want {
-			t.Errorf("HasRange(%#x, %#x) = %v, want %v", c.first&psnMask, c.n, got, c.want)
+		if got := tr.HasRange(c.first&wire.PSNMask, c.n); got != c.want {
+			t.Errorf("HasRange(%#x, %#x) = %v, want %v", c.first&wire.PSNMask, c.n, got, c.want)
 		}
 	}
 }

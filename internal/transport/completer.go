@@ -11,7 +11,7 @@ func (q *QP) handleResponse(p *wire.Packet) {
 	r := &q.req
 	psn := p.BTH.PSN
 	// A response can only be for a PSN that was sent.
-	if !wire.PSNBefore(psn, r.highPSN) {
+	if !psn.Before(r.highPSN) {
 		q.stats.Dropped++
 		return
 	}
@@ -44,7 +44,7 @@ func (q *QP) handleAck(p *wire.Packet) {
 	r := &q.req
 	psn := p.BTH.PSN
 	syn := p.AETH.Syndrome
-	if wire.PSNBefore(psn, r.una) {
+	if psn.Before(r.una) {
 		q.stats.Duplicates++ // an old or repeated acknowledgement
 		return
 	}
@@ -53,14 +53,14 @@ func (q *QP) handleAck(p *wire.Packet) {
 		q.ackUpTo(psn)
 	case wire.AETHRNR:
 		q.stats.RNRNAKsRecv++
-		q.ackUpTo(wire.PSNAdd(psn, wire.PSNMask))
+		q.ackUpTo(psn.Add(wire.PSNMask))
 		if q.state != StateRTS && q.state != StateSQD {
 			return
 		}
 		q.startRNRWait(r.una, syn) // psn, unless READ responses before it are missing
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
-		q.ackUpTo(wire.PSNAdd(psn, wire.PSNMask))
+		q.ackUpTo(psn.Add(wire.PSNMask))
 		if q.state != StateRTS && q.state != StateSQD {
 			return
 		}
@@ -88,7 +88,7 @@ func (q *QP) handleAck(p *wire.Packet) {
 // startRNRWait handles an RNR NAK (syndrome syn) in either mode: it uses an RNR retry (or fails
 // the QP with RNR_RETRY_EXC_ERR when none is left; rnr_retry 7 is infinite) and waits the
 // timer the NAK asks for before sending again from psn.
-func (q *QP) startRNRWait(psn uint32, syn uint8) {
+func (q *QP) startRNRWait(psn wire.PSN, syn uint8) {
 	r := &q.req
 	if r.rnrLeft == 0 {
 		q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
@@ -122,9 +122,9 @@ func (q *QP) fatalNAK(code uint8) {
 // responses: an acknowledgement that reaches into one (an ACK of a later request, or a NAK
 // whose PSN lies inside a READ sent as several requests) means responses before it were
 // lost, so the requester goes back to the first missing one instead of moving past it.
-func (q *QP) ackUpTo(psn uint32) {
+func (q *QP) ackUpTo(psn wire.PSN) {
 	r := &q.req
-	if wire.PSNBefore(psn, r.una) {
+	if psn.Before(r.una) {
 		return
 	}
 	size := uint64(len(q.sq))
@@ -132,23 +132,23 @@ func (q *QP) ackUpTo(psn uint32) {
 	for q.sqTail != q.sqStarted {
 		w := &q.sq[q.sqTail%size]
 		if w.isReadOrAtomic() {
-			if wire.PSNBefore(psn, w.firstPSN) {
-				r.una = wire.PSNAdd(psn, 1)
+			if psn.Before(w.firstPSN) {
+				r.una = psn.Add(1)
 				break
 			}
-			if wire.PSNBefore(r.una, w.firstPSN) {
+			if r.una.Before(w.firstPSN) {
 				r.una = w.firstPSN
 			}
 			q.goBackOnce()
 			break
 		}
-		if wire.PSNBefore(psn, w.lastPSN()) {
-			r.una = wire.PSNAdd(psn, 1)
+		if psn.Before(w.lastPSN()) {
+			r.una = psn.Add(1)
 			break
 		}
 		q.completeSend(w)
 		if q.sqTail == q.sqStarted {
-			r.una = wire.PSNAdd(psn, 1)
+			r.una = psn.Add(1)
 		}
 	}
 	if r.una != old {
@@ -163,7 +163,7 @@ func (q *QP) progress() {
 	r.rnrLeft = q.attr.RNRRetry
 	r.rewound = false
 	r.nakRepeat = false
-	if wire.PSNBefore(r.curPSN, r.una) && q.sqCur != q.sqStarted {
+	if r.curPSN.Before(r.una) && q.sqCur != q.sqStarted {
 		// Acknowledged beyond what is being resent: skip ahead.
 		q.rewind(r.una)
 	}
@@ -208,10 +208,10 @@ func (q *QP) goBackOnce() {
 // expectedResponse returns the WQE at the tail if psn is the response the requester waits
 // for next. Otherwise it counts the packet (an old duplicate, or one past a loss, which
 // sends the requester back) and returns nil.
-func (q *QP) expectedResponse(psn uint32) *sendWQE {
+func (q *QP) expectedResponse(psn wire.PSN) *sendWQE {
 	r := &q.req
 	switch {
-	case wire.PSNBefore(psn, r.una):
+	case psn.Before(r.una):
 		q.stats.Duplicates++
 	case psn != r.una:
 		q.stats.OutOfSequence++
@@ -231,14 +231,14 @@ func (q *QP) handleReadResponse(p *wire.Packet) {
 	if w == nil {
 		return
 	}
-	if w.op != WRRead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN(), psn) {
+	if w.op != WRRead || psn.Before(w.firstPSN) || w.lastPSN().Before(psn) {
 		q.stats.Dropped++
 		return
 	}
 	// LAST or ONLY exactly at the end of a READ request's range, FIRST or MIDDLE before
 	// it. (FIRST is not tied to the chunk start: a READ re-requested from the middle of a
 	// chunk gets responses that start with FIRST there.)
-	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
+	idx := uint32(psn.Diff(w.firstPSN))
 	last := psn == q.readChunkEnd(w, psn)
 	isLast := p.BTH.Opcode == wire.OpReadResponseLast || p.BTH.Opcode == wire.OpReadResponseOnly
 	off := uint64(idx) * uint64(q.mtu)
@@ -248,7 +248,7 @@ func (q *QP) handleReadResponse(p *wire.Packet) {
 		return
 	}
 	scatter(w.segs, off, p.Payload)
-	r.una = wire.PSNAdd(psn, 1)
+	r.una = psn.Add(1)
 	if last {
 		r.rdOut--
 	}
@@ -272,7 +272,7 @@ func (q *QP) handleAtomicAck(p *wire.Packet) {
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
 	scatter(w.segs, 0, v[:])
-	r.una = wire.PSNAdd(psn, 1)
+	r.una = psn.Add(1)
 	r.rdOut--
 	q.completeSend(w)
 	q.progress()

@@ -50,9 +50,9 @@ func connectMode(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32, mode Or
 		q := s.me.qp
 		must(t, q.Modify(&Attr{State: StateInit, Port: 1, Access: tpt.RemoteRead | tpt.RemoteWrite | tpt.RemoteAtomic | tpt.LocalWrite},
 			MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
-		must(t, q.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: 16, MinRNRTimer: 1,
+		must(t, q.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: wire.PSN(s.rq), MaxDestRdAtomic: 16, MinRNRTimer: 1,
 			Peer: s.peer.d.LocalAddr(), Ordering: mode}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer|MaskOrdering, lim))
-		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: s.sq, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: wire.PSN(s.sq), Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
 	}
 }

@@ -182,11 +182,11 @@ func weakConsistent(q *QP) error {
 	if r.una != ws.done.Base() {
 		return fmt.Errorf("una %#x, done tracker's base %#x", r.una, ws.done.Base())
 	}
-	if wire.PSNBefore(r.highPSN, ws.done.High()) {
+	if r.highPSN.Before(ws.done.High()) {
 		return fmt.Errorf("PSNs up to %#x done, only up to %#x sent", ws.done.High(), r.highPSN)
 	}
 	n := uint32(0)
-	for p := r.una; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+	for p := r.una; p.Before(r.highPSN); p = p.Add(1) {
 		if !ws.done.Has(p) {
 			n++
 		}
@@ -204,9 +204,9 @@ func checkSACK(p *wire.Packet) string {
 	if err != nil {
 		return fmt.Sprintf("malformed SACK: %v", err)
 	}
-	prev := wire.PSNAdd(p.BTH.PSN, 1) // the first missing PSN
+	prev := p.BTH.PSN.Add(1) // the first missing PSN
 	for i, rg := range rs {
-		if wire.PSNDiff(rg[0], prev) <= 0 {
+		if rg[0].Diff(prev) <= 0 {
 			return fmt.Sprintf("SACK for PSN %#x: range %d [%#x, %#x) does not start after %#x", p.BTH.PSN, i, rg[0], rg[1], prev)
 		}
 		prev = rg[1]

@@ -35,7 +35,7 @@ func regionOf(r *tpt.Region) fuzzRegion {
 // pktEnv is what a packet record is built against.
 type pktEnv struct {
 	ops     []wire.Opcode
-	psnBase uint32 // the QP's expected PSN (responder) or oldest unacknowledged PSN (requester)
+	psnBase wire.PSN // the QP's expected PSN (responder) or oldest unacknowledged PSN (requester)
 	destQP  uint32
 	mtu     int
 	regions [4]fuzzRegion
@@ -108,7 +108,7 @@ func buildPacket(r *fuzzReader, env *pktEnv) (pkt []byte, fromBad, flush bool) {
 	}
 	bth := wire.BTH{
 		Opcode: op, SE: fl&1 != 0, AckReq: fl&2 == 0, MigReq: fl&4 != 0,
-		PKey: wire.DefaultPKey, DestQP: env.destQP, PSN: wire.PSNAdd(env.psnBase, uint32(delta)&wire.PSNMask),
+		PKey: wire.DefaultPKey, DestQP: env.destQP, PSN: env.psnBase.Add(uint32(delta) & wire.PSNMask),
 	}
 	if fl&0x80 != 0 {
 		bth.TVer = 1

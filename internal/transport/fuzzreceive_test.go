@@ -105,7 +105,7 @@ func FuzzReceivePath(f *testing.F) {
 		must(t, err)
 		defer qp.Destroy()
 		must(t, qp.Modify(&Attr{State: StateInit, Port: 1, Access: access}, MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
-		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: a.qp.QPN(), RQPSN: rqpsn, MaxDestRdAtomic: uint8(maxDest),
+		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: a.qp.QPN(), RQPSN: wire.PSN(rqpsn), MaxDestRdAtomic: uint8(maxDest),
 			MinRNRTimer: 1, Peer: aAddr}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer, lim))
 		if h0&0x20 == 0 {
 			must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: 0, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},

@@ -118,7 +118,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}
 
 	// FuzzReceivePath: header h0, h1, RQ PSN.
-	rh := func(h0, h1 byte, psn uint32) []byte {
+	rh := func(h0, h1 byte, psn wire.PSN) []byte {
 		return []byte{h0, h1, byte(psn >> 16), byte(psn >> 8), byte(psn)}
 	}
 	rx := func(hdr []byte, pkts ...seedPkt) []byte { return prog(fuzzAllOps, hdr, pkts...) }
@@ -196,7 +196,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	// request, the PSNs are: SEND 0, READ(600) 1-3 in requests 1-2 and 3, FETCH_ADD 4,
 	// WRITE(300) 5-6, CMP_SWAP 7, READ(1000) 8-11 in requests 8-9 and 10-11, READ(0) 12,
 	// WRITE_IMM(0) 13.
-	th := func(h0, h1, h2 byte, psn uint32) []byte {
+	th := func(h0, h1, h2 byte, psn wire.PSN) []byte {
 		return []byte{h0, h1, h2, byte(psn >> 16), byte(psn >> 8), byte(psn)}
 	}
 	tx := func(hdr []byte, pkts ...seedPkt) []byte { return prog(fuzzRespOps, hdr, pkts...) }

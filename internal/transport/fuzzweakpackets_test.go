@@ -77,11 +77,11 @@ func buildWeakPacket(r *fuzzReader, env *weakEnv) (pkt []byte, fromBad, flush bo
 	} else {
 		op = env.ops[int(r.u8())%len(env.ops)]
 	}
-	var psn uint32
+	var psn wire.PSN
 	if d := r.u8(); d != 0x80 {
-		psn = wire.PSNAdd(env.psnBase, uint32(int32(int8(d)))&wire.PSNMask)
+		psn = wire.PSN(uint32(env.psnBase.Add(uint32(int32(int8(d))) & wire.PSNMask)))
 	} else {
-		psn = r.u24()
+		psn = wire.PSN(r.u24())
 	}
 	info := op.Info()
 	f := info.Flags
@@ -109,7 +109,7 @@ func buildWeakPacket(r *fuzzReader, env *weakEnv) (pkt []byte, fromBad, flush bo
 		pay = append(pay, fill+byte(i))
 	}
 	pad := wire.PadFor(len(pay))
-	bth := wire.BTH{Opcode: op, AckReq: ctl&0x40 == 0, PKey: wire.DefaultPKey, DestQP: env.destQP, PSN: psn, PadCnt: uint8(pad)}
+	bth := wire.BTH{Opcode: op, AckReq: ctl&0x40 == 0, PKey: wire.DefaultPKey, DestQP: env.destQP, PSN: wire.PSN(psn), PadCnt: uint8(pad)}
 	bth.Put(hdr)
 	pkt = append(append(hdr, pay...), make([]byte, pad)...)
 	return wiretest.AppendICRC(flow, pkt), fromBad, flush
@@ -119,9 +119,9 @@ func buildWeakPacket(r *fuzzReader, env *weakEnv) (pkt []byte, fromBad, flush bo
 func weakOOHFields(r *fuzzReader, env *weakEnv, b []byte, op wire.Opcode, pl int) {
 	var o wire.OOH
 	if sq := r.u8(); sq < 0x80 {
-		o.Seq = uint32(sq)
+		o.Seq = wire.PSN(uint32(sq))
 	} else {
-		o.Seq = r.u24()
+		o.Seq = wire.PSN(r.u24())
 	}
 	om := r.u8()
 	k := uint32(om & 7)
@@ -178,16 +178,16 @@ func weakSACKFields(r *fuzzReader, env *weakEnv, hdr []byte) []byte {
 	putBE32(hdr, count)
 	pay := make([]byte, 0, n*wire.SACKRangeLen)
 	for i := 0; i < n; i++ {
-		var a uint32
+		var a wire.PSN
 		if d := r.u8(); d != 0x80 {
-			a = wire.PSNAdd(env.psnBase, uint32(int32(int8(d)))&wire.PSNMask)
+			a = env.psnBase.Add(uint32(int32(int8(d))) & wire.PSNMask)
 		} else {
-			a = r.u24()
+			a = wire.PSN(r.u24())
 		}
-		e := wire.PSNAdd(a, uint32(r.u8()))
+		e := a.Add(uint32(r.u8()))
 		pay = append(pay, 0, 0, 0, 0, 0, 0, 0, 0)
-		putBE32(pay[len(pay)-8:], a)
-		putBE32(pay[len(pay)-4:], e)
+		putBE32(pay[len(pay)-8:], uint32(a))
+		putBE32(pay[len(pay)-4:], uint32(e))
 	}
 	if sn&0x40 != 0 && len(pay) > 0 {
 		pay = pay[:len(pay)-1]

@@ -101,7 +101,7 @@ func FuzzWeakReceivePath(f *testing.F) {
 		must(t, err)
 		defer qp.Destroy()
 		must(t, qp.Modify(&Attr{State: StateInit, Port: 1, Access: access}, MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
-		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: a.qp.QPN(), RQPSN: rqpsn, MaxDestRdAtomic: uint8(maxDest),
+		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: a.qp.QPN(), RQPSN: wire.PSN(rqpsn), MaxDestRdAtomic: uint8(maxDest),
 			MinRNRTimer: 1, Peer: aAddr, Ordering: Weak, MaxHole: weakMaxHole(h2)},
 			MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer|MaskOrdering, lim))
 		if h0&0x20 == 0 {

@@ -116,7 +116,7 @@ func FuzzWeakRequesterResponses(f *testing.F) {
 		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: b.qp.QPN(), RQPSN: 0, MaxDestRdAtomic: 4, MinRNRTimer: 1,
 			Peer: bAddr, Ordering: Weak, MaxHole: weakMaxHole(h2 >> 6)},
 			MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer|MaskOrdering, lim))
-		must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: sqpsn, Timeout: 0, RetryCnt: 7 - h0>>2&7, RNRRetry: 7 - h0>>5, MaxRdAtomic: uint8(maxRd)},
+		must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: wire.PSN(sqpsn), Timeout: 0, RetryCnt: 7 - h0>>2&7, RNRRetry: 7 - h0>>5, MaxRdAtomic: uint8(maxRd)},
 			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
 		wrs, allowed := requesterWRs(msrc, mdst, h1, h2&0x20 != 0)
 		if _, err := qp.PostSend(wrs); err != nil {

@@ -11,7 +11,7 @@ import (
 type weakSeedPkt struct {
 	ctl  byte
 	op   wire.Opcode
-	psn  uint32
+	psn  wire.PSN
 	pm   []byte // payload length field(s), for opcodes with a payload other than SACK ranges
 	fill byte
 	ext  []byte // standard extended-header fields, as buildPacket reads them
@@ -76,35 +76,35 @@ func writeWeakSeeds(save func(target string, seeds map[string][]byte)) {
 	}
 	// FuzzWeakReceivePath: header h0, h1, h2, RQ PSN. MTU 256 unless h0 says otherwise;
 	// h2 0 is a max hole of 64.
-	wh := func(h0, h1, h2 byte, psn uint32) []byte {
+	wh := func(h0, h1, h2 byte, psn wire.PSN) []byte {
 		return []byte{h0, h1, h2, byte(psn >> 16), byte(psn >> 8), byte(psn)}
 	}
 	rx := func(hdr []byte, pkts ...weakSeedPkt) []byte { return prog(fuzzWeakReqOps, hdr, pkts...) }
 	def := wh(0, 0, 0, 0)
 	// A one-packet SEND of n (< 64) bytes with receive sequence number rsn.
-	send := func(psn uint32, rsn byte, n int) weakSeedPkt {
+	send := func(psn wire.PSN, rsn byte, n int) weakSeedPkt {
 		return weakSeedPkt{op: wire.OpWeakSend, psn: psn, pm: plSmall(n), fill: 0x30 + rsn, ooh: oohRec(rsn, oohOM(0, 0, 0), nil, byte(psn))}
 	}
 	// Packet k of a SEND of 256+rest bytes at MTU 256: k 0 carries an MTU, k 1 the rest.
-	send2 := func(psn uint32, rsn byte, k int, rest int) weakSeedPkt {
+	send2 := func(psn wire.PSN, rsn byte, k int, rest int) weakSeedPkt {
 		if k == 0 {
 			return weakSeedPkt{op: wire.OpWeakSend, psn: psn, pm: plMTU(), fill: 0x50, ooh: oohRec(rsn, oohOM(0, 0, 1), []byte{byte(rest - 1)}, byte(psn))}
 		}
 		return weakSeedPkt{op: wire.OpWeakSend, psn: psn, pm: plSmall(rest), fill: 0x60, ooh: oohRec(rsn, oohOM(1, 0, 0), nil, byte(psn))}
 	}
-	write := func(psn uint32, va []byte, n int) weakSeedPkt {
+	write := func(psn wire.PSN, va []byte, n int) weakSeedPkt {
 		return weakSeedPkt{op: wire.OpWeakWrite, psn: psn, pm: plSmall(n), fill: 0x11, ext: cat(va, lenPL()), ooh: oohRec(0, oohOM(0, 0, 0), nil, byte(psn))}
 	}
-	writeImm := func(psn uint32, rsn byte, va []byte, n int, imm byte) weakSeedPkt {
+	writeImm := func(psn wire.PSN, rsn byte, va []byte, n int, imm byte) weakSeedPkt {
 		return weakSeedPkt{op: wire.OpWeakWriteImm, psn: psn, pm: plSmall(n), fill: 0x22, ext: cat(va, lenPL(), []byte{imm}), ooh: oohRec(rsn, oohOM(0, 0, 0), nil, byte(psn))}
 	}
-	read := func(psn uint32, seq byte, va []byte, n int) weakSeedPkt {
+	read := func(psn wire.PSN, seq byte, va []byte, n int) weakSeedPkt {
 		return weakSeedPkt{op: wire.OpWeakReadReq, psn: psn, ext: cat(va, len16(n)), ooh: oohRec(seq, oohOM(0, 3, 2), []byte{0, 0, byte(n >> 8), byte(n)}, byte(psn))}
 	}
-	fadd := func(psn uint32, seq byte, va []byte, add byte) weakSeedPkt {
+	fadd := func(psn wire.PSN, seq byte, va []byte, add byte) weakSeedPkt {
 		return weakSeedPkt{op: wire.OpWeakFetchAdd, psn: psn, ext: cat(va, []byte{add, 0}), ooh: oohRec(seq, oohOM(0, 3, 3), nil, byte(psn))}
 	}
-	cswap := func(psn uint32, seq byte, va []byte, swap, cmp byte) weakSeedPkt {
+	cswap := func(psn wire.PSN, seq byte, va []byte, swap, cmp byte) weakSeedPkt {
 		return weakSeedPkt{op: wire.OpWeakCmpSwap, psn: psn, ext: cat(va, []byte{swap, cmp}), ooh: oohRec(seq, oohOM(0, 3, 3), nil, byte(psn))}
 	}
 	with := func(p weakSeedPkt, f func(*weakSeedPkt)) weakSeedPkt { f(&p); return p }
@@ -173,28 +173,28 @@ func writeWeakSeeds(save func(target string, seeds map[string][]byte)) {
 	// request and ReadChunk 2, the PSNs are: SEND 0, READ(600) 1-3, FETCH_ADD 4, WRITE(300)
 	// 5-6, CMP_SWAP 7, READ(1000) 8-11, READ(0) 12, WRITE_IMM(0) 13. h2 0 is a max hole
 	// of 64.
-	th := func(h0, h1, h2 byte, psn uint32) []byte {
+	th := func(h0, h1, h2 byte, psn wire.PSN) []byte {
 		return []byte{h0, h1, h2, byte(psn >> 16), byte(psn >> 8), byte(psn)}
 	}
 	tx := func(hdr []byte, pkts ...weakSeedPkt) []byte { return prog(fuzzWeakRespOps, hdr, pkts...) }
 	// A SACK of everything up to base+upTo (upTo -1: nothing new) and ranges relative to base.
-	sack := func(base uint32, upTo int, echo int8, syn []byte, ranges ...[2]uint32) weakSeedPkt {
+	sack := func(base wire.PSN, upTo int, echo int8, syn []byte, ranges ...[2]uint32) weakSeedPkt {
 		for i := range ranges {
-			ranges[i][0] = wire.PSNAdd(base, ranges[i][0])
+			ranges[i][0] = uint32(base.Add(ranges[i][0]))
 		}
 		ext := aethAck(0)
 		if syn != nil {
 			ext = syn
 		}
-		return weakSeedPkt{op: wire.OpWeakAck, psn: wire.PSNAdd(base, uint32(upTo)&wire.PSNMask), ext: ext, sack: sackRec(echo, ranges...)}
+		return weakSeedPkt{op: wire.OpWeakAck, psn: base.Add(uint32(upTo) & wire.PSNMask), ext: ext, sack: sackRec(echo, ranges...)}
 	}
-	rr := func(base uint32, k uint32, pm []byte) weakSeedPkt {
-		return weakSeedPkt{op: wire.OpReadResponseOnly, psn: wire.PSNAdd(base, k), pm: pm, fill: 0x5A, ext: aethAck(0)}
+	rr := func(base wire.PSN, k uint32, pm []byte) weakSeedPkt {
+		return weakSeedPkt{op: wire.OpReadResponseOnly, psn: base.Add(k), pm: pm, fill: 0x5A, ext: aethAck(0)}
 	}
-	aack := func(base uint32, k uint32, v byte) weakSeedPkt {
-		return weakSeedPkt{op: wire.OpAtomicAcknowledge, psn: wire.PSNAdd(base, k), ext: cat(aethAck(0), []byte{v})}
+	aack := func(base wire.PSN, k uint32, v byte) weakSeedPkt {
+		return weakSeedPkt{op: wire.OpAtomicAcknowledge, psn: base.Add(k), ext: cat(aethAck(0), []byte{v})}
 	}
-	inOrder := func(base uint32) []weakSeedPkt {
+	inOrder := func(base wire.PSN) []weakSeedPkt {
 		return []weakSeedPkt{
 			sack(base, 0, -100, nil),
 			rr(base, 1, plMTU()), rr(base, 2, plMTU()), rr(base, 3, plBig(88)),
@@ -203,7 +203,7 @@ func writeWeakSeeds(save func(target string, seeds map[string][]byte)) {
 			rr(base, 12, nil), sack(base, 13, -100, nil),
 		}
 	}
-	reversed := func(base uint32) []weakSeedPkt {
+	reversed := func(base wire.PSN) []weakSeedPkt {
 		return []weakSeedPkt{
 			sack(base, -1, -100, nil, [2]uint32{13, 1}, [2]uint32{5, 2}),
 			rr(base, 12, nil), rr(base, 11, plBig(232)), rr(base, 10, plMTU()), rr(base, 9, plMTU()), rr(base, 8, plMTU()),

@@ -16,7 +16,7 @@ import (
 func requestPacket(from, to *side, op wire.Opcode, psn uint32, mtu int) []byte {
 	info := op.Info()
 	pkt := make([]byte, info.HdrLen)
-	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: to.qp.QPN(), PSN: psn}
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: to.qp.QPN(), PSN: wire.PSN(psn)}
 	bth.Put(pkt)
 	if info.Flags&wire.HasPayload != 0 {
 		pkt = append(pkt, make([]byte, mtu)...)
@@ -122,11 +122,11 @@ func TestWeakReadFarBehindBounded(t *testing.T) {
 	op := wire.OpWeakReadReq
 	for i := uint32(0); i < 200; i++ {
 		pkt := make([]byte, op.Info().HdrLen)
-		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), PSN: psnA - 0x300000 + i, AckReq: true}
+		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), PSN: wire.PSN(psnA - 0x300000 + i), AckReq: true}
 		bth.Put(pkt)
 		reth := wire.RETH{VA: 0x1000, RKey: 0x1234, DMALen: 0xFFFFFF00 - i}
 		reth.Put(pkt[wire.BTHLen:])
-		ooh := wire.OOH{Seq: i, TxSeq: i + 1}
+		ooh := wire.OOH{Seq: wire.PSN(i), TxSeq: i + 1}
 		ooh.Put(pkt[len(pkt)-wire.OOHLen:])
 		deliverTo(b, a, seal(a, b, pkt))
 	}
@@ -347,7 +347,7 @@ func TestReadResponsesBudgeted(t *testing.T) {
 	for i := uint32(0); i < 4; i++ {
 		op := wire.OpReadRequest
 		pkt := make([]byte, op.Info().HdrLen)
-		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: i * 1024, AckReq: true}
+		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: wire.PSN(i * 1024), AckReq: true}
 		bth.Put(pkt)
 		reth := wire.RETH{VA: ms.IOVA(), RKey: ms.Key(), DMALen: 1 << 20}
 		reth.Put(pkt[wire.BTHLen:])
@@ -412,11 +412,11 @@ func TestWeakReadBeyondSpanSlotHeld(t *testing.T) {
 	read := func(psn, seq uint32) []byte {
 		op := wire.OpWeakReadReq
 		pkt := make([]byte, op.Info().HdrLen)
-		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: psn, AckReq: true}
+		bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: wire.PSN(psn), AckReq: true}
 		bth.Put(pkt)
 		reth := wire.RETH{VA: ms.IOVA(), RKey: ms.Key(), DMALen: 1024}
 		reth.Put(pkt[wire.BTHLen:])
-		ooh := wire.OOH{Seq: seq, TxSeq: seq + 1}
+		ooh := wire.OOH{Seq: wire.PSN(seq), TxSeq: seq + 1}
 		ooh.Put(pkt[len(pkt)-wire.OOHLen:])
 		return seal(rg.a, rg.b, pkt)
 	}
@@ -486,7 +486,7 @@ func TestLimitInOrderMsgsWeak(t *testing.T) {
 	buf := make([]byte, 16*4096)
 	rg.postRecvs(t, reg(t, rg.b.d, buf), 16, 4096)
 	for m := uint32(0); m < 3; m++ { // messages 0, 1, 2 at PSNs 0-1, 2-3, 4-5: first packets only
-		o := wire.OOH{Seq: m, Offset: 0, Length: 2048, Flags: wire.OOHRecv, TxSeq: m + 1}
+		o := wire.OOH{Seq: wire.PSN(m), Offset: 0, Length: 2048, Flags: wire.OOHRecv, TxSeq: m + 1}
 		rg.deliver(rg.b, rg.a, rg.weakData(wire.OpWeakSend, 2*m, o, nil, 0, make([]byte, 1024)))
 	}
 	ls := rg.b.qp.LimitStats()
@@ -509,7 +509,7 @@ func readSeqs(t *testing.T, pkts [][]byte) []uint32 {
 		if p.BTH.Opcode == wire.OpWeakReadReq {
 			o, err := wire.DecodeOOH(p.Ext)
 			must(t, err)
-			seqs = append(seqs, o.Seq)
+			seqs = append(seqs, uint32(o.Seq))
 		}
 	}
 	return seqs

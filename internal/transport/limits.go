@@ -207,7 +207,7 @@ func (q *QP) usage(u *[NumLimits]uint32) {
 	ws := q.weak
 	u[LimitOOOMsgs] = uint32(ws.arrived.Held())
 	u[LimitOOOSegs] = ws.arrived.Ahead()
-	u[LimitHoleSpan] = uint32(wire.PSNDiff(ws.arrived.High(), ws.arrived.Base()))
+	u[LimitHoleSpan] = uint32(ws.arrived.High().Diff(ws.arrived.Base()))
 	u[LimitInOrderMsgs], u[LimitInOrderSegs] = ws.inProgress()
 }
 
@@ -215,7 +215,7 @@ func (q *QP) usage(u *[NumLimits]uint32) {
 // takesWQE says whether its message consumes a receive WQE (SEND, WRITE with immediate).
 // It returns true to accept the packet; false when it was refused (with an RNR NAK, or
 // dropped unacknowledged if it takes no WQE) or the connection was dropped.
-func (q *QP) admit(psn uint32, add *[NumLimits]uint32, takesWQE bool) bool {
+func (q *QP) admit(psn wire.PSN, add *[NumLimits]uint32, takesWQE bool) bool {
 	lq := q.lq
 	var u [NumLimits]uint32
 	q.usage(&u)
@@ -314,7 +314,7 @@ func (q *QP) paceTimer() uint8 {
 
 // hardLimit applies the automatic response to a hard limit on k at value v (or to a soft
 // limit the analysis escalated).
-func (q *QP) hardLimit(psn uint32, k LimitKind, v uint32, escalated bool) bool {
+func (q *QP) hardLimit(psn wire.PSN, k LimitKind, v uint32, escalated bool) bool {
 	lq := q.lq
 	if lq.cfg.OnHard == HardRNR {
 		lq.stats.Decisions[DecideHardRNR]++

@@ -49,11 +49,11 @@ type sendWQE struct {
 	rkey       uint32
 	imm        uint32
 	verr       uint32 // local error found at post time, reported when the WQE is reached
-	firstPSN   uint32
+	firstPSN   wire.PSN
 	npkts      uint32
-	doneCnt    uint32 // weak mode: PSNs acknowledged or answered
-	rsn        uint32 // weak mode: receive sequence number (SEND, WRITE with immediate)
-	readSN     uint32 // weak mode: read sequence number of the first READ request or the atomic
+	doneCnt    uint32   // weak mode: PSNs acknowledged or answered
+	rsn        wire.PSN // weak mode: receive sequence number (SEND, WRITE with immediate)
+	readSN     wire.PSN // weak mode: read sequence number of the first READ request or the atomic
 	op         uint8
 	flags      uint8
 	signaled   bool
@@ -63,7 +63,7 @@ func (w *sendWQE) isReadOrAtomic() bool {
 	return w.op == WRRead || w.op == WRAtomicCmpSwap || w.op == WRAtomicFetch
 }
 
-func (w *sendWQE) lastPSN() uint32 { return wire.PSNAdd(w.firstPSN, w.npkts-1) }
+func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
 
 // QP is a reliable-connected queue pair.
 type QP struct {
@@ -235,7 +235,7 @@ type Attr struct {
 	CurState        QPState
 	PathMTU         uint8 // wire.MTU256..MTU4096
 	DestQPN         uint32
-	RQPSN, SQPSN    uint32
+	RQPSN, SQPSN    wire.PSN
 	MaxRdAtomic     uint8 // initiator depth
 	MaxDestRdAtomic uint8 // responder resources
 	MinRNRTimer     uint8

@@ -10,25 +10,25 @@ import (
 // requester is the send side of a QP: it turns send WQEs into request packets, keeps the
 // PSN window and retransmits (go-back-N in ordered mode).
 type requester struct {
-	nextPSN     uint32 // first PSN of the next WQE to start
-	curPSN      uint32 // next PSN to (re)send within WQE sqCur
-	una         uint32 // oldest unacknowledged PSN
-	highPSN     uint32 // one past the highest PSN ever sent
-	rdOut       int    // read and atomic requests outstanding
+	nextPSN     wire.PSN // first PSN of the next WQE to start
+	curPSN      wire.PSN // next PSN to (re)send within WQE sqCur
+	una         wire.PSN // oldest unacknowledged PSN
+	highPSN     wire.PSN // one past the highest PSN ever sent
+	rdOut       int      // read and atomic requests outstanding
 	retryLeft   uint8
 	rnrLeft     uint8
 	rnrWait     bool
 	rnrUntil    int64
-	rnrPSN      uint32
+	rnrPSN      wire.PSN
 	rtoAt       int64 // local ACK timeout deadline; 0: not armed
 	sinceAckReq int
-	rewound     bool   // already went back to rewindPSN and is waiting for progress
-	rewindPSN   uint32 // PSN of the last go-back
-	lastNakPSN  uint32
+	rewound     bool     // already went back to rewindPSN and is waiting for progress
+	rewindPSN   wire.PSN // PSN of the last go-back
+	lastNakPSN  wire.PSN
 	nakRepeat   bool
 }
 
-func (r *requester) resetPSN(psn uint32) {
+func (r *requester) resetPSN(psn wire.PSN) {
 	r.nextPSN, r.curPSN, r.una, r.highPSN = psn, psn, psn, psn
 }
 
@@ -107,12 +107,12 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			if w.isReadOrAtomic() && r.rdOut >= int(q.attr.MaxRdAtomic) {
 				return false
 			}
-			if wire.PSNDiff(r.nextPSN, r.una) >= window {
+			if r.nextPSN.Diff(r.una) >= window {
 				return false
 			}
 			w.firstPSN = r.nextPSN
 			w.npkts = q.pktsFor(w)
-			r.nextPSN = wire.PSNAdd(r.nextPSN, w.npkts)
+			r.nextPSN = r.nextPSN.Add(w.npkts)
 			r.curPSN = w.firstPSN
 			q.sqStarted++
 			if q.weak != nil {
@@ -123,16 +123,16 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		if w.op == WRRead {
 			end = q.readChunkEnd(w, r.curPSN)
 		}
-		if wire.PSNDiff(end, r.una) >= window {
+		if end.Diff(r.una) >= window {
 			return false
 		}
-		if q.weak != nil && q.weak.inflight+uint32(wire.PSNDiff(end, r.curPSN))+1 > q.weak.cap {
+		if q.weak != nil && q.weak.inflight+uint32(end.Diff(r.curPSN))+1 > q.weak.cap {
 			return false // in weak mode the window bounds packets in flight, not PSNs past una
 		}
 		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
 			return true
 		}
-		fresh := !wire.PSNBefore(r.curPSN, r.highPSN)
+		fresh := !r.curPSN.Before(r.highPSN)
 		if fresh && w.isReadOrAtomic() && q.chunkStart(w, r.curPSN) {
 			if r.rdOut >= int(q.attr.MaxRdAtomic) {
 				return false
@@ -140,7 +140,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			if ws := q.weak; ws != nil {
 				seq := w.readSN
 				if w.op == WRRead {
-					seq = wire.PSNAdd(seq, uint32(wire.PSNDiff(r.curPSN, w.firstPSN))/uint32(q.dev.cfg.ReadChunk))
+					seq = seq.Add(uint32(r.curPSN.Diff(w.firstPSN)) / uint32(q.dev.cfg.ReadChunk))
 				}
 				if !ws.readSeqOK(seq, q.attr.MaxRdAtomic) {
 					return false // an older one is still incomplete (see weakState.rdBase)
@@ -158,7 +158,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		} else {
 			q.stats.Retransmits++
 		}
-		if r.curPSN == wire.PSNAdd(w.lastPSN(), 1) {
+		if r.curPSN == w.lastPSN().Add(1) {
 			q.sqCur++
 			if q.sqCur != q.sqStarted {
 				r.curPSN = q.sq[q.sqCur%size].firstPSN
@@ -177,29 +177,29 @@ func (q *QP) piggybackAck(b *netio.SendBatch, n int) {
 }
 
 // readChunkEnd returns the last PSN of the READ request that starts at psn.
-func (q *QP) readChunkEnd(w *sendWQE, psn uint32) uint32 {
+func (q *QP) readChunkEnd(w *sendWQE, psn wire.PSN) wire.PSN {
 	c := uint32(q.dev.cfg.ReadChunk)
-	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
+	idx := uint32(psn.Diff(w.firstPSN))
 	end := (idx/c+1)*c - 1
 	if end >= w.npkts {
 		end = w.npkts - 1
 	}
-	return wire.PSNAdd(w.firstPSN, end)
+	return w.firstPSN.Add(end)
 }
 
 // chunkStart reports whether psn begins one of w's READ requests (always true for atomics).
-func (q *QP) chunkStart(w *sendWQE, psn uint32) bool {
+func (q *QP) chunkStart(w *sendWQE, psn wire.PSN) bool {
 	if w.op != WRRead {
 		return true
 	}
-	return uint32(wire.PSNDiff(psn, w.firstPSN))%uint32(q.dev.cfg.ReadChunk) == 0
+	return uint32(psn.Diff(w.firstPSN))%uint32(q.dev.cfg.ReadChunk) == 0
 }
 
 // buildRequest emits w's request packet at psn (a READ request covers psn..end) and
 // returns the PSN after it. ackReq forces the AckReq bit (retransmissions).
-func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end uint32, ackReq bool) uint32 {
+func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.PSN, ackReq bool) wire.PSN {
 	r := &q.req
-	idx := uint32(wire.PSNDiff(psn, w.firstPSN))
+	idx := uint32(psn.Diff(w.firstPSN))
 	off := uint64(idx) * uint64(q.mtu)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
 	weak := q.weak != nil
@@ -209,7 +209,7 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end uint32, ackRe
 	payLen := 0
 	var hdr []byte
 	var info *wire.OpInfo
-	next := wire.PSNAdd(psn, 1)
+	next := psn.Add(1)
 	switch w.op {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
 		n := min(uint64(q.mtu), uint64(w.length)-off)
@@ -247,20 +247,20 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end uint32, ackRe
 		pay = gather(w.segs, off, int(n), pieces[:0])
 		payLen = int(n)
 	case WRRead:
-		n := uint64(wire.PSNDiff(end, psn)+1) * uint64(q.mtu)
+		n := uint64(end.Diff(psn)+1) * uint64(q.mtu)
 		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
 		bth.Opcode = wire.OpReadRequest
 		if weak {
 			bth.Opcode = wire.OpWeakReadReq
 			chunk := idx / uint32(q.dev.cfg.ReadChunk)
-			ooh = wire.OOH{Seq: wire.PSNAdd(w.readSN, chunk), Offset: uint32(off), Length: uint32(n)}
+			ooh = wire.OOH{Seq: w.readSN.Add(chunk), Offset: uint32(off), Length: uint32(n)}
 		}
 		info = bth.Opcode.Info()
 		hdr = b.Alloc(info.HdrLen)
 		reth := wire.RETH{VA: w.raddr + off, RKey: w.rkey, DMALen: uint32(n)}
 		reth.Put(hdr[wire.BTHLen:])
 		bth.AckReq = ackReq
-		next = wire.PSNAdd(end, 1)
+		next = end.Add(1)
 	default: // atomics
 		bth.Opcode = wire.OpCompareSwap
 		at := wire.AtomicETH{VA: w.raddr, RKey: w.rkey, SwapAdd: w.swap, Compare: w.compareAdd}
@@ -383,14 +383,14 @@ func (q *QP) restartRTO() {
 }
 
 // rewind makes the requester resend from psn (go-back-N).
-func (q *QP) rewind(psn uint32) {
+func (q *QP) rewind(psn wire.PSN) {
 	r := &q.req
 	size := uint64(len(q.sq))
 	for i := q.sqTail; i != q.sqStarted; i++ {
 		w := &q.sq[i%size]
-		if !wire.PSNBefore(w.lastPSN(), psn) {
+		if !w.lastPSN().Before(psn) {
 			q.sqCur = i
-			if wire.PSNBefore(psn, w.firstPSN) {
+			if psn.Before(w.firstPSN) {
 				psn = w.firstPSN
 			}
 			r.curPSN = psn // a READ is re-requested from psn to the end of its chunk

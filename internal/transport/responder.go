@@ -20,14 +20,14 @@ const (
 // max_dest_rd_atomic of them per QP, used in a ring.
 type respResource struct {
 	kind     uint8
-	queued   bool   // on the pump list
-	held     bool   // weak mode: prepared, waiting for the doorbell (the hole before it to close)
-	fetchAdd bool   // weak mode, held atomic: FetchAdd (else CmpSwap)
-	firstPSN uint32 // PSN range the request uses
-	lastPSN  uint32
-	start    uint32      // first PSN of the current (re)play: its response is FIRST/ONLY
-	next     uint32      // next response PSN to send
-	stop     uint32      // last PSN of the current (re)play
+	queued   bool     // on the pump list
+	held     bool     // weak mode: prepared, waiting for the doorbell (the hole before it to close)
+	fetchAdd bool     // weak mode, held atomic: FetchAdd (else CmpSwap)
+	firstPSN wire.PSN // PSN range the request uses
+	lastPSN  wire.PSN
+	start    wire.PSN    // first PSN of the current (re)play: its response is FIRST/ONLY
+	next     wire.PSN    // next response PSN to send
+	stop     wire.PSN    // last PSN of the current (re)play
 	mem      []byte      // READ: the checked source memory; held atomic: the target
 	reg      *tpt.Region // the region mem lies in: checked for revocation before each use
 	orig     uint64      // atomic: the value the target held before
@@ -37,12 +37,12 @@ type respResource struct {
 
 // responder is the receive side of a QP.
 type responder struct {
-	epsn     uint32 // expected PSN
-	msn      uint32 // message sequence number
-	sending  bool   // inside a multi-packet SEND
-	writing  bool   // inside a multi-packet WRITE
-	msgPkts  uint32 // packets of the message in progress so far
-	haveRWQE bool   // rwqe holds the receive WQE of the message in progress
+	epsn     wire.PSN // expected PSN
+	msn      uint32   // message sequence number
+	sending  bool     // inside a multi-packet SEND
+	writing  bool     // inside a multi-packet WRITE
+	msgPkts  uint32   // packets of the message in progress so far
+	haveRWQE bool     // rwqe holds the receive WQE of the message in progress
 	rwqe     recvWQE
 	sendOff  uint64
 	writeMem []byte      // what is left of the WRITE's target
@@ -53,7 +53,7 @@ type responder struct {
 	// for them: responses leave in PSN order.
 	nakHeld    bool
 	nakSyn     uint8
-	nakPSN     uint32
+	nakPSN     wire.PSN
 	ackPending bool
 	ackQueued  bool
 	sinceAck   int // request packets since the last ACK went out
@@ -156,7 +156,7 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 func (q *QP) handleRequest(p *wire.Packet) {
 	rs := &q.resp
 	psn := p.BTH.PSN
-	switch d := wire.PSNDiff(psn, rs.epsn); {
+	switch d := psn.Diff(rs.epsn); {
 	case d > 0:
 		q.stats.OutOfSequence++
 		if !rs.nakSent {
@@ -257,7 +257,7 @@ func (q *QP) recvSend(p *wire.Packet) {
 	}
 	scatter(rs.rwqe.segs, rs.sendOff, p.Payload)
 	rs.sendOff += uint64(len(p.Payload))
-	rs.epsn = wire.PSNAdd(rs.epsn, 1)
+	rs.epsn = rs.epsn.Add(1)
 	if f&wire.IsLast != 0 {
 		e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: uint32(rs.sendOff),
 			Opcode: WCRecv, solicited: p.BTH.SE, srq: q.srq}
@@ -267,7 +267,7 @@ func (q *QP) recvSend(p *wire.Packet) {
 		rs.haveRWQE, rs.sending = false, false
 		clear(rs.rwqe.segs)
 		clear(rs.rwqe.regs)
-		rs.msn = wire.PSNAdd(rs.msn, 1)
+		rs.msn = (rs.msn + 1) & wire.PSNMask
 		q.recvCQ.push(&e)
 	} else {
 		rs.sending = true
@@ -316,11 +316,11 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	}
 	copy(rs.writeMem, p.Payload)
 	rs.writeMem = rs.writeMem[len(p.Payload):]
-	rs.epsn = wire.PSNAdd(rs.epsn, 1)
+	rs.epsn = rs.epsn.Add(1)
 	if f&wire.IsLast != 0 {
 		rs.writing = false
 		rs.writeMem, rs.writeReg = nil, nil
-		rs.msn = wire.PSNAdd(rs.msn, 1)
+		rs.msn = (rs.msn + 1) & wire.PSNMask
 		if f&wire.HasImmDt != 0 {
 			e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: rs.writeLen,
 				Opcode: WCRecvRDMAImm, Imm: p.Imm, Flags: WCFlagWithImm, solicited: p.BTH.SE, srq: q.srq}
@@ -358,7 +358,7 @@ func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) 
 // revoked ends the connection because the region a message in progress uses was
 // deregistered (see Device.Quiesce): a remote access NAK for psn, the access error event,
 // the QP to ERR.
-func (q *QP) revoked(psn uint32, why string) {
+func (q *QP) revoked(psn wire.PSN, why string) {
 	q.sendNak(wire.AETHNak|wire.NakRemoteAccessError, psn)
 	q.dev.raise(Event{Type: EventQPAccessErr, QP: q, Detail: why})
 	q.errorState(StatusWRFlushErr, 0)
@@ -371,8 +371,8 @@ func (q *QP) addResource(r respResource, npkts uint32) {
 	rs := &q.resp
 	i := q.allocResource()
 	rs.res[i] = r
-	rs.epsn = wire.PSNAdd(r.firstPSN, npkts)
-	rs.msn = wire.PSNAdd(rs.msn, 1)
+	rs.epsn = r.firstPSN.Add(npkts)
+	rs.msn = (rs.msn + 1) & wire.PSNMask
 	rs.ackPending = false
 	q.queueResource(i)
 }
@@ -393,7 +393,7 @@ func (q *QP) recvRead(p *wire.Packet) {
 	}
 	npkts := packetsFor(reth.DMALen, q.mtu)
 	psn := p.BTH.PSN
-	last := wire.PSNAdd(psn, npkts-1)
+	last := psn.Add(npkts - 1)
 	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}, npkts)
 }
 
@@ -485,7 +485,7 @@ func (q *QP) duplicate(p *wire.Packet) {
 		}
 		for i := range rs.res {
 			r := &rs.res[i]
-			if r.kind != kind || wire.PSNBefore(psn, r.firstPSN) || wire.PSNBefore(r.lastPSN, psn) {
+			if r.kind != kind || psn.Before(r.firstPSN) || r.lastPSN.Before(psn) {
 				continue
 			}
 			if kind == resAtomic && psn != r.firstPSN {
@@ -528,7 +528,7 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 	rs := &q.resp
 	for len(rs.pend) > 0 {
 		r := &rs.res[rs.pend[0]]
-		for r.kind != resFree && !wire.PSNBefore(r.stop, r.next) {
+		for r.kind != resFree && !r.stop.Before(r.next) {
 			if !b.Room(3, wire.MaxHeaderLen+16) || rs.budget <= 0 {
 				return false
 			}
@@ -565,7 +565,7 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 // emitResponse sends r's response at r.next.
 func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 	psn := r.next
-	r.next = wire.PSNAdd(psn, 1)
+	r.next = psn.Add(1)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
 	aeth := wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits, MSN: q.resp.msn}
 	if r.kind == resAtomic {
@@ -588,7 +588,7 @@ func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 	default:
 		bth.Opcode = wire.OpReadResponseMiddle
 	}
-	off := uint64(wire.PSNDiff(psn, r.firstPSN)) * uint64(q.mtu)
+	off := uint64(psn.Diff(r.firstPSN)) * uint64(q.mtu)
 	n := min(uint64(q.mtu), uint64(len(r.mem))-min(off, uint64(len(r.mem))))
 	var pay [1][]byte
 	pieces := pay[:0]
@@ -609,12 +609,12 @@ func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 func (q *QP) sendAck(b *netio.SendBatch) {
 	q.resp.ackPending, q.resp.ackDeferred = false, false
 	q.resp.sinceAck = 0
-	q.sendAETH(b, wire.AETHAck|wire.NoCredits, wire.PSNAdd(q.resp.epsn, wire.PSNMask))
+	q.sendAETH(b, wire.AETHAck|wire.NoCredits, q.resp.epsn.Add(wire.PSNMask))
 }
 
 // sendNak sends a NAK (or RNR NAK) for psn into the receive path's batch, after any
 // responses still queued.
-func (q *QP) sendNak(syn uint8, psn uint32) {
+func (q *QP) sendNak(syn uint8, psn wire.PSN) {
 	rs := &q.resp
 	if rs.pumping() && syn != wire.AETHNak|wire.NakInvalidRequest && syn != wire.AETHNak|wire.NakRemoteAccessError &&
 		syn != wire.AETHNak|wire.NakRemoteOpError {
@@ -630,11 +630,11 @@ func (q *QP) sendNak(syn uint8, psn uint32) {
 	q.sendAETH(q.dev.rxOut, syn, psn)
 }
 
-func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn uint32) {
+func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn wire.PSN) {
 	if q.weak != nil {
 		// Weak mode acknowledges selectively: everything before the first hole, and the
 		// runs beyond it. NAKs and RNR NAKs travel the same way.
-		q.sendSACK(b, syn, wire.PSNAdd(q.weak.arrived.Base(), wire.PSNMask))
+		q.sendSACK(b, syn, q.weak.arrived.Base().Add(wire.PSNMask))
 		return
 	}
 	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
@@ -646,13 +646,13 @@ func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn uint32) {
 }
 
 // sendRNR refuses the packet at psn for lack of a receive WQE.
-func (q *QP) sendRNR(psn uint32) {
+func (q *QP) sendRNR(psn wire.PSN) {
 	q.sendRNRTimer(psn, q.attr.MinRNRTimer)
 }
 
 // sendRNRTimer refuses the packet at psn with an RNR NAK asking the requester to wait the
 // timer with the given code.
-func (q *QP) sendRNRTimer(psn uint32, code uint8) {
+func (q *QP) sendRNRTimer(psn wire.PSN, code uint8) {
 	q.resp.nakSent = true // later packets of the burst are dropped quietly
 	q.sendNak(wire.AETHRNR|code&0x1F, psn)
 }

@@ -52,10 +52,10 @@ type psnMeta struct {
 // weakMsg is a message that consumes a receive WQE, while its packets arrive.
 type weakMsg struct {
 	valid  bool
-	rsn    uint32
-	first  uint32 // the message's first PSN
-	npk    uint32 // packets
-	got    uint32 // packets placed
+	rsn    wire.PSN
+	first  wire.PSN // the message's first PSN
+	npk    uint32   // packets
+	got    uint32   // packets placed
 	length uint32
 	imm    uint32
 	hasImm bool
@@ -76,7 +76,7 @@ type weakState struct {
 	inflight uint32         // PSNs sent and not yet acknowledged or answered
 	cap      uint32         // most PSNs in flight (the device's window)
 	ackedSeq uint32         // highest transmission number found acknowledged or answered
-	lost     []uint32       // PSNs to retransmit (entries whose meta is no longer queued are stale)
+	lost     []wire.PSN     // PSNs to retransmit (entries whose meta is no longer queued are stale)
 	backoff  uint8          // retransmission timer doublings since the last progress
 	probeAt  int64          // loss probe deadline (0: not armed)
 	probeBo  uint8          // loss probe doublings since the last progress
@@ -84,30 +84,30 @@ type weakState struct {
 	srtt     int64          // smoothed round trip (ns), from first transmissions only
 	rttvar   int64
 	sample   int64 // round trip measured by the packet being processed (0: none)
-	nextRSN  uint32
-	nextRdSN uint32
+	nextRSN  wire.PSN
+	nextRdSN wire.PSN
 	// rdBase is the oldest read sequence number (READ request or atomic) not yet
 	// complete; rdDone marks those after it that are, by sequence number & (len-1).
 	// A new one may go out only within max_rd_atomic of rdBase: the responder keeps its
 	// resource in slot seq % max_dest_rd_atomic, and in weak mode requests complete out of
 	// order, so a count of outstanding ones is not enough — a later request would take the
 	// slot of an older one whose lost responses are still to be asked for again.
-	rdBase uint32
+	rdBase wire.PSN
 	rdDone [256]bool
 
 	// Responder.
 	arrived *holes.Tracker // request PSNs arrived; Base is the expected PSN
 	highTx  uint32         // highest transmission number received (echoed in SACKs)
 	msgs    []weakMsg      // by receive sequence number & (span-1)
-	rsnBase uint32         // receive sequence number of the next receive WQE to consume
+	rsnBase wire.PSN       // receive sequence number of the next receive WQE to consume
 	inMsgs  uint32         // messages with a receive WQE in progress (not all packets placed)
 	inSegs  uint32         // their packets placed
 
-	items  []holes.Item // scratch
-	ranges [][2]uint32  // scratch
+	items  []holes.Item  // scratch
+	ranges [][2]wire.PSN // scratch
 }
 
-func newWeakState(q *QP, span, epsn uint32) *weakState {
+func newWeakState(q *QP, span uint32, epsn wire.PSN) *weakState {
 	ws := &weakState{
 		cap:     uint32(q.dev.cfg.Window),
 		reorder: int32(q.dev.cfg.ReorderThreshold),
@@ -123,19 +123,19 @@ func newWeakState(q *QP, span, epsn uint32) *weakState {
 
 // readSeqOK reports whether read sequence number seq may be sent: it lies within max of
 // the oldest one not complete.
-func (ws *weakState) readSeqOK(seq uint32, max uint8) bool {
-	return wire.PSNDiff(seq, ws.rdBase) < int32(max)
+func (ws *weakState) readSeqOK(seq wire.PSN, max uint8) bool {
+	return seq.Diff(ws.rdBase) < int32(max)
 }
 
 // readSeqDone records that read sequence number seq completed.
-func (ws *weakState) readSeqDone(seq uint32) {
-	if d := wire.PSNDiff(seq, ws.rdBase); d < 0 || d >= int32(len(ws.rdDone)) {
+func (ws *weakState) readSeqDone(seq wire.PSN) {
+	if d := seq.Diff(ws.rdBase); d < 0 || d >= int32(len(ws.rdDone)) {
 		return
 	}
-	ws.rdDone[seq%uint32(len(ws.rdDone))] = true
-	for ws.rdDone[ws.rdBase%uint32(len(ws.rdDone))] {
-		ws.rdDone[ws.rdBase%uint32(len(ws.rdDone))] = false
-		ws.rdBase = wire.PSNAdd(ws.rdBase, 1)
+	ws.rdDone[uint32(seq)%uint32(len(ws.rdDone))] = true
+	for ws.rdDone[uint32(ws.rdBase)%uint32(len(ws.rdDone))] {
+		ws.rdDone[uint32(ws.rdBase)%uint32(len(ws.rdDone))] = false
+		ws.rdBase = ws.rdBase.Add(1)
 	}
 }
 
@@ -143,9 +143,9 @@ func (ws *weakState) readSeqDone(seq uint32) {
 func (ws *weakState) inProgress() (uint32, uint32) { return ws.inMsgs, ws.inSegs }
 
 // startRequester sets the first PSN the requester sends.
-func (ws *weakState) startRequester(psn uint32) { ws.done.Reset(psn) }
+func (ws *weakState) startRequester(psn wire.PSN) { ws.done.Reset(psn) }
 
-func (ws *weakState) m(psn uint32) *psnMeta { return &ws.meta[psn&(ws.span-1)] }
+func (ws *weakState) m(psn wire.PSN) *psnMeta { return &ws.meta[uint32(psn)&(ws.span-1)] }
 
 // wqeAt returns the WQE whose index has low bits idx (it lies between tail and started).
 func (q *QP) wqeAt(idx uint32) *sendWQE {
@@ -159,22 +159,22 @@ func (ws *weakState) start(q *QP, w *sendWQE) {
 	switch w.op {
 	case WRSend, WRSendImm, WRWriteImm:
 		w.rsn = ws.nextRSN
-		ws.nextRSN = wire.PSNAdd(ws.nextRSN, 1)
+		ws.nextRSN = ws.nextRSN.Add(1)
 	case WRRead:
 		w.readSN = ws.nextRdSN
 		chunks := (w.npkts + uint32(q.dev.cfg.ReadChunk) - 1) / uint32(q.dev.cfg.ReadChunk)
-		ws.nextRdSN = wire.PSNAdd(ws.nextRdSN, chunks)
+		ws.nextRdSN = ws.nextRdSN.Add(chunks)
 	case WRAtomicCmpSwap, WRAtomicFetch:
 		w.readSN = ws.nextRdSN
-		ws.nextRdSN = wire.PSNAdd(ws.nextRdSN, 1)
+		ws.nextRdSN = ws.nextRdSN.Add(1)
 	}
 }
 
 // sent records a transmission, at device time now, of PSNs [psn, next) of the WQE at index
 // idx.
-func (ws *weakState) sent(idx uint64, w *sendWQE, psn, next uint32, now int64) {
+func (ws *weakState) sent(idx uint64, w *sendWQE, psn, next wire.PSN, now int64) {
 	ws.txSeq++ // buildRequest put this number (txSeq+1 then) in the packet
-	for p := psn; p != next; p = wire.PSNAdd(p, 1) {
+	for p := psn; p != next; p = p.Add(1) {
 		ws.inflight++
 		*ws.m(p) = psnMeta{seq: ws.txSeq, wqe: uint32(idx), resp: w.isReadOrAtomic(), sentAt: now}
 	}
@@ -228,7 +228,7 @@ func (q *QP) lossProbe(now int64) {
 		return
 	}
 	age := ws.probeInterval() << ws.probeBo
-	for p := r.una; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+	for p := r.una; p.Before(r.highPSN); p = p.Add(1) {
 		if m := ws.m(p); !ws.done.Has(p) {
 			if !m.queued && now-m.sentAt >= age {
 				ws.queueLost(p)
@@ -250,7 +250,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 	for len(ws.lost) > 0 {
 		p := ws.lost[0]
 		m := ws.m(p)
-		if !m.queued || ws.done.Has(p) || !wire.PSNBefore(p, r.highPSN) {
+		if !m.queued || ws.done.Has(p) || !p.Before(r.highPSN) {
 			m.queued = false
 			ws.lost = ws.lost[1:]
 			continue
@@ -263,7 +263,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 		if w.op == WRRead {
 			ce := q.readChunkEnd(w, p)
 			for end != ce {
-				n := wire.PSNAdd(end, 1)
+				n := end.Add(1)
 				if ws.done.Has(n) {
 					break
 				}
@@ -273,7 +273,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 		idx := m.wqe
 		q.buildRequest(b, w, p, end, true)
 		ws.txSeq++
-		for x := p; ; x = wire.PSNAdd(x, 1) {
+		for x := p; ; x = x.Add(1) {
 			mx := ws.m(x)
 			mx.seq, mx.queued, mx.wqe, mx.sentAt, mx.retx = ws.txSeq, false, idx, now, true
 			if x == end {
@@ -291,7 +291,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 }
 
 // queueLost puts p on the retransmission list.
-func (ws *weakState) queueLost(p uint32) {
+func (ws *weakState) queueLost(p wire.PSN) {
 	m := ws.m(p)
 	if !m.queued {
 		m.queued = true
@@ -301,12 +301,12 @@ func (ws *weakState) queueLost(p uint32) {
 
 // queueMissing puts every PSN in [from, high) not yet acknowledged or answered on the
 // retransmission list (timer expiry, end of an RNR wait).
-func (q *QP) queueMissing(from uint32) {
+func (q *QP) queueMissing(from wire.PSN) {
 	ws, r := q.weak, &q.req
-	if wire.PSNBefore(from, r.una) {
+	if from.Before(r.una) {
 		from = r.una
 	}
-	for p := from; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+	for p := from; p.Before(r.highPSN); p = p.Add(1) {
 		if !ws.done.Has(p) {
 			ws.queueLost(p)
 		}
@@ -317,7 +317,7 @@ func (q *QP) queueMissing(from uint32) {
 // threshold of transmissions before one that was acknowledged or answered.
 func (q *QP) detectLoss() {
 	ws, r := q.weak, &q.req
-	for p := r.una; wire.PSNBefore(p, r.highPSN); p = wire.PSNAdd(p, 1) {
+	for p := r.una; p.Before(r.highPSN); p = p.Add(1) {
 		m := ws.m(p)
 		if int32(ws.ackedSeq-m.seq) < ws.reorder {
 			break // later PSNs were sent later still
@@ -330,7 +330,7 @@ func (q *QP) detectLoss() {
 
 // markDone records that PSN p was acknowledged or answered at device time now; a work
 // request it completes is held until everything before it is done.
-func (q *QP) markDone(p uint32, now int64) bool {
+func (q *QP) markDone(p wire.PSN, now int64) bool {
 	ws := q.weak
 	if ws.done.Mark(p, 1) != holes.Fresh {
 		return false
@@ -403,20 +403,20 @@ func (q *QP) weakAck(p *wire.Packet) {
 	syn := p.AETH.Syndrome
 	progress := false
 	now := q.dev.now()
-	mark := func(a, e uint32) {
-		if wire.PSNBefore(a, r.una) {
+	mark := func(a, e wire.PSN) {
+		if a.Before(r.una) {
 			a = r.una
 		}
-		if wire.PSNBefore(r.highPSN, e) {
+		if r.highPSN.Before(e) {
 			e = r.highPSN
 		}
-		for x := a; wire.PSNBefore(x, e); x = wire.PSNAdd(x, 1) {
+		for x := a; x.Before(e); x = x.Add(1) {
 			if !ws.m(x).resp && q.markDone(x, now) {
 				progress = true
 			}
 		}
 	}
-	mark(r.una, wire.PSNAdd(p.BTH.PSN, 1))
+	mark(r.una, p.BTH.PSN.Add(1))
 	for _, rg := range ws.ranges {
 		mark(rg[0], rg[1])
 	}
@@ -430,7 +430,7 @@ func (q *QP) weakAck(p *wire.Packet) {
 		if q.state != StateRTS && q.state != StateSQD || r.rnrWait {
 			return // one RNR retry per wait, however many packets were refused
 		}
-		q.startRNRWait(wire.PSNAdd(p.BTH.PSN, 1), syn)
+		q.startRNRWait(p.BTH.PSN.Add(1), syn)
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
 		q.doneAdvance(progress, now)
@@ -444,17 +444,17 @@ func (q *QP) weakAck(p *wire.Packet) {
 func (q *QP) weakReadResponse(p *wire.Packet) {
 	ws, r := q.weak, &q.req
 	psn := p.BTH.PSN
-	if wire.PSNBefore(psn, r.una) || ws.done.Has(psn) {
+	if psn.Before(r.una) || ws.done.Has(psn) {
 		q.stats.Duplicates++
 		return
 	}
 	m := ws.m(psn)
 	w := q.wqeAt(m.wqe)
-	if w.op != WRRead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN(), psn) {
+	if w.op != WRRead || psn.Before(w.firstPSN) || w.lastPSN().Before(psn) {
 		q.stats.Dropped++
 		return
 	}
-	off := uint64(wire.PSNDiff(psn, w.firstPSN)) * uint64(q.mtu)
+	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
 	if uint64(len(p.Payload)) != min(uint64(q.mtu), uint64(w.length)-min(off, uint64(w.length))) {
 		q.stats.Dropped++
 		return
@@ -466,11 +466,11 @@ func (q *QP) weakReadResponse(p *wire.Packet) {
 	now := q.dev.now()
 	q.markDone(psn, now)
 	ws.answered(m)
-	cs := wire.PSNAdd(w.firstPSN, uint32(wire.PSNDiff(psn, w.firstPSN))/uint32(q.dev.cfg.ReadChunk)*uint32(q.dev.cfg.ReadChunk))
+	cs := w.firstPSN.Add(uint32(psn.Diff(w.firstPSN)) / uint32(q.dev.cfg.ReadChunk) * uint32(q.dev.cfg.ReadChunk))
 	ce := q.readChunkEnd(w, psn)
-	if ws.done.HasRange(cs, uint32(wire.PSNDiff(ce, cs))+1) {
+	if ws.done.HasRange(cs, uint32(ce.Diff(cs))+1) {
 		r.rdOut--
-		ws.readSeqDone(wire.PSNAdd(w.readSN, uint32(wire.PSNDiff(cs, w.firstPSN))/uint32(q.dev.cfg.ReadChunk)))
+		ws.readSeqDone(w.readSN.Add(uint32(cs.Diff(w.firstPSN)) / uint32(q.dev.cfg.ReadChunk)))
 	}
 	q.doneAdvance(true, now)
 }
@@ -479,7 +479,7 @@ func (q *QP) weakReadResponse(p *wire.Packet) {
 func (q *QP) weakAtomicAck(p *wire.Packet) {
 	ws, r := q.weak, &q.req
 	psn := p.BTH.PSN
-	if wire.PSNBefore(psn, r.una) || ws.done.Has(psn) {
+	if psn.Before(r.una) || ws.done.Has(psn) {
 		q.stats.Duplicates++
 		return
 	}
@@ -550,7 +550,7 @@ func (q *QP) weakRequest(p *wire.Packet) {
 
 // weakMark records the arrival of [psn, psn+n); it returns false (after acknowledging a
 // duplicate, or dropping a packet past the span) if the packet is not new.
-func (q *QP) weakMark(psn, n uint32) bool {
+func (q *QP) weakMark(psn wire.PSN, n uint32) bool {
 	ws := q.weak
 	if n > 0 && ws.arrived.HasRange(psn, n) {
 		q.stats.Duplicates++
@@ -559,7 +559,7 @@ func (q *QP) weakMark(psn, n uint32) bool {
 	}
 	// Anything not inside [base, base+span) — including PSNs so far ahead that the 24-bit
 	// difference wraps negative — is beyond the span: dropped without touching memory.
-	if d := wire.PSNDiff(psn, ws.arrived.Base()); d < 0 || int64(d)+int64(n) > int64(ws.span) {
+	if d := psn.Diff(ws.arrived.Base()); d < 0 || int64(d)+int64(n) > int64(ws.span) {
 		q.stats.BeyondSpan++
 		return false
 	}
@@ -567,7 +567,7 @@ func (q *QP) weakMark(psn, n uint32) bool {
 }
 
 // weakArrived records that [psn, psn+n), checked by weakMark, was placed or accepted.
-func (q *QP) weakArrived(psn, n uint32) {
+func (q *QP) weakArrived(psn wire.PSN, n uint32) {
 	ws := q.weak
 	if psn != ws.arrived.Base() {
 		q.stats.PlacedOutOfOrder++
@@ -593,12 +593,12 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 		return
 	}
 	recv := f&wire.IsSend != 0 || o.Flags&wire.OOHRecv != 0
-	first := wire.PSNAdd(psn, ^(o.Offset/q.mtu)+1) // the message's first PSN, as this packet says
+	first := psn.Add(^(o.Offset / q.mtu) + 1) // the message's first PSN, as this packet says
 	if q.lq != nil {
 		var add [NumLimits]uint32
 		if recv {
 			got := uint32(0) // packets of the message already here
-			if m := &ws.msgs[o.Seq&(ws.span-1)]; !m.valid || m.rsn != o.Seq {
+			if m := &ws.msgs[uint32(o.Seq)&(ws.span-1)]; !m.valid || m.rsn != o.Seq {
 				add[LimitInOrderMsgs] = 1
 				if q.srq {
 					add[LimitSRQHeld] = 1
@@ -616,7 +616,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 		if psn != ws.arrived.Base() {
 			add[LimitOOOSegs] = 1
 		}
-		if d := wire.PSNDiff(wire.PSNAdd(psn, 1), ws.arrived.High()); d > 0 {
+		if d := (psn.Add(1)).Diff(ws.arrived.High()); d > 0 {
 			add[LimitHoleSpan] = uint32(d)
 		}
 		if !q.admit(psn, &add, recv) {
@@ -625,16 +625,16 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	}
 	var msg *weakMsg
 	if recv {
-		msg = &ws.msgs[o.Seq&(ws.span-1)]
+		msg = &ws.msgs[uint32(o.Seq)&(ws.span-1)]
 		if !msg.valid || msg.rsn != o.Seq {
 			// The first packet of this message to arrive binds its receive WQE: the one
 			// at its receive sequence number, so WQEs complete in posting order.
 			// On a shared receive queue other QPs take WQEs too: this message takes the
 			// next one now (completions still come in sequence order).
-			k := uint32(wire.PSNDiff(o.Seq, ws.rsnBase))
+			k := uint32(o.Seq.Diff(ws.rsnBase))
 			bound := false
 			switch {
-			case wire.PSNDiff(o.Seq, ws.rsnBase) < 0 || k >= ws.span:
+			case o.Seq.Diff(ws.rsnBase) < 0 || k >= ws.span:
 			case q.srq:
 				if bound = q.rq.pop(&msg.wqe); bound {
 					q.srqTaken++
@@ -690,7 +690,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	if msg.got++; msg.got == msg.npk {
 		ws.inMsgs--
 		ws.inSegs -= msg.npk
-		ws.arrived.Hold(holes.Item{PSN: wire.PSNAdd(first, npk-1), Kind: kindRecv, Ref: msg.rsn})
+		ws.arrived.Hold(holes.Item{PSN: first.Add(npk - 1), Kind: kindRecv, Ref: uint32(msg.rsn)})
 	}
 }
 
@@ -734,10 +734,10 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 		if len(rs.res) == 0 {
 			return
 		}
-		slot := int(o.Seq % uint32(len(rs.res)))
+		slot := int(uint32(o.Seq) % uint32(len(rs.res)))
 		r := &rs.res[slot]
-		if r.kind == resRead && !r.held && !wire.PSNBefore(psn, r.firstPSN) && !wire.PSNBefore(r.lastPSN, wire.PSNAdd(psn, npk-1)) {
-			r.start, r.next, r.stop = psn, psn, wire.PSNAdd(psn, npk-1)
+		if r.kind == resRead && !r.held && !psn.Before(r.firstPSN) && !r.lastPSN.Before(psn.Add(npk-1)) {
+			r.start, r.next, r.stop = psn, psn, psn.Add(npk-1)
 			q.queueResource(slot)
 		}
 		return
@@ -753,7 +753,7 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	if !ok {
 		return
 	}
-	last := wire.PSNAdd(psn, npk-1)
+	last := psn.Add(npk - 1)
 	q.unqueueResource(slot)
 	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}
 	q.weakArrived(psn, npk)
@@ -769,7 +769,7 @@ func (q *QP) weakSlot(o *wire.OOH, what string) (int, bool) {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, what+" with max_dest_rd_atomic 0")
 		return 0, false
 	}
-	slot := int(o.Seq % uint32(len(rs.res)))
+	slot := int(uint32(o.Seq) % uint32(len(rs.res)))
 	if rs.res[slot].held {
 		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
 		return 0, false
@@ -787,7 +787,7 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		if len(rs.res) == 0 {
 			return
 		}
-		slot := int(o.Seq % uint32(len(rs.res)))
+		slot := int(uint32(o.Seq) % uint32(len(rs.res)))
 		r := &rs.res[slot]
 		if r.kind == resAtomic && !r.held && r.firstPSN == psn {
 			r.start, r.next, r.stop = psn, psn, psn
@@ -843,12 +843,12 @@ func (q *QP) weakDeliver(it holes.Item) {
 			e.Imm, e.Flags = msg.imm, WCFlagWithImm
 		}
 		msg.valid = false
-		ws.rsnBase = wire.PSNAdd(ws.rsnBase, 1)
-		rs.msn = wire.PSNAdd(rs.msn, 1)
+		ws.rsnBase = ws.rsnBase.Add(1)
+		rs.msn = (rs.msn + 1) & wire.PSNMask
 		q.recvCQ.push(&e)
 	case kindReadReq:
 		rs.res[it.Ref].held = false
-		rs.msn = wire.PSNAdd(rs.msn, 1)
+		rs.msn = (rs.msn + 1) & wire.PSNMask
 		q.queueResource(int(it.Ref))
 	case kindAtomic:
 		r := &rs.res[it.Ref]
@@ -864,14 +864,14 @@ func (q *QP) weakDeliver(it holes.Item) {
 		}
 		orig := q.dev.executeAtomic(r.mem, r.fetchAdd, r.swapAdd, r.compare)
 		r.orig, r.held, r.mem, r.reg = orig, false, nil, nil
-		rs.msn = wire.PSNAdd(rs.msn, 1)
+		rs.msn = (rs.msn + 1) & wire.PSNMask
 		q.queueResource(int(it.Ref))
 	}
 }
 
 // sendSACK builds the selective acknowledgement: every PSN before the first hole, and the
 // runs received beyond.
-func (q *QP) sendSACK(b *netio.SendBatch, syn uint8, psn uint32) {
+func (q *QP) sendSACK(b *netio.SendBatch, syn uint8, psn wire.PSN) {
 	ws := q.weak
 	ws.ranges = ws.arrived.Received(ws.ranges[:0], wire.MaxSACKRanges)
 	hdr := b.Alloc(wire.BTHLen + wire.AETHLen + wire.SACKHeaderLen)

@@ -84,7 +84,7 @@ func seal(from, to *side, pkt []byte) []byte {
 func (rg *pktRig) weakData(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, imm uint32, payload []byte) []byte {
 	info := op.Info()
 	pkt := make([]byte, info.HdrLen, info.HdrLen+len(payload)+8)
-	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: psn, AckReq: true}
+	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: wire.PSN(psn), AckReq: true}
 	bth.Put(pkt)
 	off := wire.BTHLen
 	if info.Flags&wire.HasRETH != 0 {
@@ -100,7 +100,7 @@ func (rg *pktRig) weakData(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RE
 
 // send1 is a one-packet SEND with receive sequence number rsn.
 func (rg *pktRig) send1(psn, rsn uint32, data []byte) []byte {
-	return rg.weakData(wire.OpWeakSend, psn, wire.OOH{Seq: rsn, Length: uint32(len(data)), Flags: wire.OOHRecv}, nil, 0, data)
+	return rg.weakData(wire.OpWeakSend, psn, wire.OOH{Seq: wire.PSN(rsn), Length: uint32(len(data)), Flags: wire.OOHRecv}, nil, 0, data)
 }
 
 func (rg *pktRig) postRecvs(t *testing.T, mr *tpt.Region, n, size int) {
@@ -188,7 +188,7 @@ func TestWeakSendBeyondHole(t *testing.T) {
 		var p wire.Packet
 		if p.Decode(pkt) == nil && p.BTH.Opcode == wire.OpWeakAck && p.BTH.PSN == 0 {
 			r, err := wire.DecodeSACK(p.Ext, p.Payload, nil)
-			if err == nil && len(r) == 1 && r[0] == [2]uint32{2, 3} {
+			if err == nil && len(r) == 1 && r[0] == [2]wire.PSN{2, 3} {
 				found = true
 			}
 		}
@@ -374,7 +374,7 @@ func TestWeakReadResponseBeyondHole(t *testing.T) {
 	}
 	resp := func(op wire.Opcode, psn uint32, fill byte) []byte {
 		pkt := make([]byte, op.Info().HdrLen)
-		(&wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.a.qp.QPN(), PSN: psn}).Put(pkt)
+		(&wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.a.qp.QPN(), PSN: wire.PSN(psn)}).Put(pkt)
 		if op.Info().Flags&wire.HasAETH != 0 {
 			(&wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits}).Put(pkt[wire.BTHLen:])
 		}

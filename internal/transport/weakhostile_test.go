@@ -122,7 +122,7 @@ func (rg *pktRig) deliverCatching(to, from *side, pkt []byte) (perr any) {
 // weakReq builds a weak READ request (reth) or atomic (at) from a to b.
 func (rg *pktRig) weakReq(op wire.Opcode, psn uint32, o wire.OOH, reth *wire.RETH, at *wire.AtomicETH) []byte {
 	pkt := make([]byte, op.Info().HdrLen)
-	(&wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: psn, AckReq: true}).Put(pkt)
+	(&wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: rg.b.qp.QPN(), PSN: wire.PSN(psn), AckReq: true}).Put(pkt)
 	if reth != nil {
 		reth.Put(pkt[wire.BTHLen:])
 	} else {

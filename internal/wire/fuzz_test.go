@@ -178,7 +178,7 @@ func FuzzDecodeOOH(f *testing.F) {
 
 		// The input's bytes as the fields of a header to encode.
 		r := append(append([]byte(nil), b...), make([]byte, 17)...)
-		in := OOH{Seq: be32(r[0:]), Offset: be32(r[4:]), Length: be32(r[8:]), Flags: r[12], TxSeq: be32(r[13:])}
+		in := OOH{Seq: PSN(be32(r[0:])), Offset: be32(r[4:]), Length: be32(r[8:]), Flags: r[12], TxSeq: be32(r[13:])}
 		enc := bytes.Repeat([]byte{0xA5}, OOHLen+1)
 		in.Put(enc)
 		if enc[OOHLen] != 0xA5 {
@@ -206,7 +206,7 @@ func FuzzDecodeOOH(f *testing.F) {
 func FuzzDecodeSACK(f *testing.F) {
 	f.Fuzz(func(t *testing.T, count, payload []byte, echo uint32) {
 		_ = SACKEcho(count)
-		prefix := [][2]uint32{{1, 2}}
+		prefix := [][2]PSN{{1, 2}}
 		got, err := DecodeSACK(count, payload, prefix)
 		if len(got) < 1 || got[0] != prefix[0] {
 			t.Fatalf("DecodeSACK lost what dst held: %v", got)
@@ -226,10 +226,10 @@ func FuzzDecodeSACK(f *testing.F) {
 			t.Fatalf("accepted count %d with %d payload bytes: %d ranges", n, len(payload), len(ranges))
 		}
 		for i, r := range ranges {
-			if r[0] > PSNMask || r[1] > PSNMask || PSNDiff(r[1], r[0]) <= 0 {
+			if r[0] > PSNMask || r[1] > PSNMask || r[1].Diff(r[0]) <= 0 {
 				t.Fatalf("accepted range %d [%#x, %#x): empty, reversed or wider than 24 bits", i, r[0], r[1])
 			}
-			if r[0] != be32(payload[i*8:]) || r[1] != be32(payload[i*8+4:]) {
+			if r[0] != PSN(be32(payload[i*8:])) || r[1] != PSN(be32(payload[i*8+4:])) {
 				t.Fatalf("range %d [%#x, %#x) is not the input's", i, r[0], r[1])
 			}
 		}

@@ -20,8 +20,8 @@ type BTH struct {
 	BECN    bool
 	DestQP  uint32 // 24 bits
 	AckReq  bool
-	PSN     uint32 // 24 bits
-	Reserve uint8  // the 6 reserved bits after FECN/BECN (kept for round trips)
+	PSN     PSN   // 24 bits
+	Reserve uint8 // the 6 reserved bits after FECN/BECN (kept for round trips)
 }
 
 // RETH is the RDMA Extended Transport Header (WRITE First/Only, READ Request).
@@ -88,7 +88,7 @@ func DecodeBTH(b []byte) (BTH, error) {
 		Reserve: b[4] & 0x3F,
 		DestQP:  uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7]),
 		AckReq:  b[8]&0x80 != 0,
-		PSN:     uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11]),
+		PSN:     PSN(b[9])<<16 | PSN(b[10])<<8 | PSN(b[11]),
 	}, nil
 }
 

@@ -125,7 +125,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}
 	ooh := func(seq, off, n uint32, flags uint8, tx uint32) []byte {
 		b := make([]byte, wire.OOHLen)
-		(&wire.OOH{Seq: seq, Offset: off, Length: n, Flags: flags, TxSeq: tx}).Put(b)
+		(&wire.OOH{Seq: wire.PSN(seq), Offset: off, Length: n, Flags: flags, TxSeq: tx}).Put(b)
 		return b
 	}
 	add("FuzzDecodeOOH", "empty", []byte{})
@@ -139,7 +139,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	resv := ooh(5, 0, 8, wire.OOHRecv, 1)
 	resv[14] = 0x80
 	add("FuzzDecodeOOH", "reserved-byte", resv)
-	sack := func(echo uint32, rs ...[2]uint32) ([]byte, []byte) {
+	sack := func(echo uint32, rs ...[2]wire.PSN) ([]byte, []byte) {
 		hdr := make([]byte, wire.SACKHeaderLen)
 		wire.PutSACKHeader(hdr, len(rs), echo)
 		pay := make([]byte, len(rs)*wire.SACKRangeLen)
@@ -149,30 +149,30 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	sackSeed := func(name string, hdr, pay []byte) { add("FuzzDecodeSACK", name, hdr, pay, wire.SACKEcho(hdr)+1) }
 	h, pl := sack(7)
 	sackSeed("none", h, pl)
-	h, pl = sack(9, [2]uint32{3, 5}, [2]uint32{8, 100})
+	h, pl = sack(9, [2]wire.PSN{3, 5}, [2]wire.PSN{8, 100})
 	sackSeed("two", h, pl)
-	var many [][2]uint32
-	for i := uint32(0); i < wire.MaxSACKRanges+1; i++ {
-		many = append(many, [2]uint32{10 * i, 10*i + 5})
+	var many [][2]wire.PSN
+	for i := wire.PSN(0); i < wire.MaxSACKRanges+1; i++ {
+		many = append(many, [2]wire.PSN{10 * i, 10*i + 5})
 	}
 	h, pl = sack(1, many[:wire.MaxSACKRanges]...)
 	sackSeed("max-ranges", h, pl)
 	h, pl = sack(1, many...)
 	sackSeed("too-many-ranges", h, pl)
-	h, pl = sack(2, [2]uint32{wire.PSNMask - 3, 4})
+	h, pl = sack(2, [2]wire.PSN{wire.PSNMask - 3, 4})
 	sackSeed("wrap", h, pl)
-	h, pl = sack(2, [2]uint32{5, 5})
+	h, pl = sack(2, [2]wire.PSN{5, 5})
 	sackSeed("empty-range", h, pl)
-	h, pl = sack(2, [2]uint32{9, 5})
+	h, pl = sack(2, [2]wire.PSN{9, 5})
 	sackSeed("reversed-range", h, pl)
-	h, pl = sack(2, [2]uint32{0, 1 << 23})
+	h, pl = sack(2, [2]wire.PSN{0, 1 << 23})
 	sackSeed("half-space", h, pl)
-	h, pl = sack(2, [2]uint32{0, 1<<23 - 1})
+	h, pl = sack(2, [2]wire.PSN{0, 1<<23 - 1})
 	sackSeed("just-under-half", h, pl)
-	h, pl = sack(2, [2]uint32{3, 5})
+	h, pl = sack(2, [2]wire.PSN{3, 5})
 	pl[0] = 1
 	sackSeed("top-byte-set", h, pl)
-	h, pl = sack(2, [2]uint32{3, 5})
+	h, pl = sack(2, [2]wire.PSN{3, 5})
 	sackSeed("payload-short", h, pl[:7])
 	sackSeed("payload-long", h, append(pl, 0))
 	sackSeed("count-short", h[:3], pl)
@@ -215,7 +215,7 @@ type weakSeed struct {
 func weakSeedPackets() []weakSeed {
 	fl := wire.Flow{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), SrcPort: 49152, DstPort: wire.UDPPort, DF: true}
 	build := func(op wire.Opcode, psn uint32, fill func(hdr []byte), payload []byte) []byte {
-		return wiretest.Build(&fl, wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: 0x12345, PSN: psn, AckReq: true}, fill, payload)
+		return wiretest.Build(&fl, wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: 0x12345, PSN: wire.PSN(psn), AckReq: true}, fill, payload)
 	}
 	putOOH := wiretest.PutOOH
 	data := bytes.Repeat([]byte("weak-mode payload "), 8)
@@ -253,7 +253,7 @@ func weakSeedPackets() []weakSeed {
 			wire.PutSACKHeader(h[wire.BTHLen+wire.AETHLen:], 2, 17)
 		}, func() []byte {
 			b := make([]byte, 2*wire.SACKRangeLen)
-			wire.PutSACKRanges(b, [][2]uint32{{11, 13}, {16, 18}})
+			wire.PutSACKRanges(b, [][2]wire.PSN{{11, 13}, {16, 18}})
 			return b
 		}())},
 		{"ack-no-ranges", build(wire.OpWeakAck, 17, func(h []byte) {
@@ -265,7 +265,7 @@ func weakSeedPackets() []weakSeed {
 			wire.PutSACKHeader(h[wire.BTHLen+wire.AETHLen:], 1, 12)
 		}, func() []byte {
 			b := make([]byte, wire.SACKRangeLen)
-			wire.PutSACKRanges(b, [][2]uint32{{11, 12}})
+			wire.PutSACKRanges(b, [][2]wire.PSN{{11, 12}})
 			return b
 		}())},
 	}

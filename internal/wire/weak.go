@@ -33,7 +33,7 @@ const OOHLen = 20
 // OOH is the out-of-order header of weakly-ordered data packets, READ requests and
 // atomics.
 type OOH struct {
-	Seq    uint32 // 24-bit receive sequence number (SEND, WRITE with immediate) or read sequence number (READ, atomics)
+	Seq    PSN    // 24-bit receive sequence number (SEND, WRITE with immediate) or read sequence number (READ, atomics)
 	Offset uint32 // byte offset of this packet's payload in its message
 	Length uint32 // the message's length in bytes
 	Flags  uint8  // OOHRecv
@@ -51,7 +51,7 @@ const OOHRecv = 1
 // Put encodes the OOH into b[:20].
 func (o *OOH) Put(b []byte) {
 	_ = b[OOHLen-1]
-	binary.BigEndian.PutUint32(b[0:4], o.Seq&PSNMask)
+	binary.BigEndian.PutUint32(b[0:4], uint32(o.Seq&PSNMask))
 	binary.BigEndian.PutUint32(b[4:8], o.Offset)
 	binary.BigEndian.PutUint32(b[8:12], o.Length)
 	b[12], b[13], b[14], b[15] = o.Flags, 0, 0, 0
@@ -67,7 +67,7 @@ func DecodeOOH(b []byte) (OOH, error) {
 	if seq > PSNMask || b[12]&^OOHRecv != 0 || b[13]|b[14]|b[15] != 0 {
 		return OOH{}, ErrReserved
 	}
-	return OOH{Seq: seq, Offset: binary.BigEndian.Uint32(b[4:8]), Length: binary.BigEndian.Uint32(b[8:12]), Flags: b[12],
+	return OOH{Seq: PSN(seq), Offset: binary.BigEndian.Uint32(b[4:8]), Length: binary.BigEndian.Uint32(b[8:12]), Flags: b[12],
 		TxSeq: binary.BigEndian.Uint32(b[16:20])}, nil
 }
 
@@ -103,16 +103,16 @@ func SACKEcho(hdr []byte) uint32 {
 }
 
 // PutSACKRanges encodes ranges into b (len(ranges)*8 bytes).
-func PutSACKRanges(b []byte, ranges [][2]uint32) {
+func PutSACKRanges(b []byte, ranges [][2]PSN) {
 	for i, r := range ranges {
-		binary.BigEndian.PutUint32(b[i*8:], r[0]&PSNMask)
-		binary.BigEndian.PutUint32(b[i*8+4:], r[1]&PSNMask)
+		binary.BigEndian.PutUint32(b[i*8:], uint32(r[0]&PSNMask))
+		binary.BigEndian.PutUint32(b[i*8+4:], uint32(r[1]&PSNMask))
 	}
 }
 
 // DecodeSACK decodes the SACK count word and the ranges in payload into dst. Every range
 // must be non-empty and shorter than half the PSN space.
-func DecodeSACK(count []byte, payload []byte, dst [][2]uint32) ([][2]uint32, error) {
+func DecodeSACK(count []byte, payload []byte, dst [][2]PSN) ([][2]PSN, error) {
 	if len(count) < 4 {
 		return dst, ErrShort
 	}
@@ -123,10 +123,10 @@ func DecodeSACK(count []byte, payload []byte, dst [][2]uint32) ([][2]uint32, err
 	for i := uint32(0); i < n; i++ {
 		a := binary.BigEndian.Uint32(payload[i*8:])
 		e := binary.BigEndian.Uint32(payload[i*8+4:])
-		if a > PSNMask || e > PSNMask || PSNDiff(e, a) <= 0 {
+		if a > PSNMask || e > PSNMask || PSN(e).Diff(PSN(a)) <= 0 {
 			return dst, ErrSACK
 		}
-		dst = append(dst, [2]uint32{a, e})
+		dst = append(dst, [2]PSN{PSN(a), PSN(e)})
 	}
 	return dst, nil
 }

@@ -165,14 +165,17 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestPSN(t *testing.T) {
-	if PSNAdd(0xFFFFFF, 2) != 1 {
+	if PSN(0xFFFFFF).Add(2) != 1 {
 		t.Fatal("wrap")
 	}
-	if PSNDiff(1, 0xFFFFFF) != 2 || PSNDiff(0xFFFFFF, 1) != -2 {
+	if PSN(1).Diff(0xFFFFFF) != 2 || PSN(0xFFFFFF).Diff(1) != -2 {
 		t.Fatal("diff across wrap")
 	}
-	if !PSNBefore(0xFFFFF0, 3) || PSNBefore(3, 0xFFFFF0) {
+	if !PSN(0xFFFFF0).Before(3) || PSN(3).Before(0xFFFFF0) {
 		t.Fatal("before across wrap")
+	}
+	if !PSN(0xFFFFFE).InWindow(0xFFFFFD, 4) || !PSN(1).InWindow(0xFFFFFD, 5) || PSN(2).InWindow(0xFFFFFD, 5) || PSN(0xFFFFFC).InWindow(0xFFFFFD, 5) {
+		t.Fatal("window across wrap")
 	}
 	if AckTimeout(14).Microseconds() != 67108 || AckTimeout(0) != 0 {
 		t.Fatal("ack timeout", AckTimeout(14))
