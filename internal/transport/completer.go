@@ -15,19 +15,11 @@ func (q *QP) handleResponse(p *wire.Packet) {
 		q.stats.Dropped++
 		return
 	}
-	if q.weak != nil {
-		switch p.BTH.Opcode {
-		case wire.OpWeakAck:
-			q.weakAck(p)
-		case wire.OpAtomicAcknowledge:
-			q.weakAtomicAck(p)
-		case wire.OpAcknowledge:
-			q.stats.WrongMode++ // a weak peer acknowledges selectively
-		default:
-			q.weakReadResponse(p)
-		}
-		return
-	}
+	q.mode.response(q, p)
+}
+
+// orderedResponse is the ordered completer's dispatch.
+func (q *QP) orderedResponse(p *wire.Packet) {
 	switch p.BTH.Opcode {
 	case wire.OpAcknowledge:
 		q.handleAck(p)
@@ -83,24 +75,6 @@ func (q *QP) handleAck(p *wire.Packet) {
 	default:
 		q.stats.Dropped++
 	}
-}
-
-// startRNRWait handles an RNR NAK (syndrome syn) in either mode: it uses an RNR retry (or fails
-// the QP with RNR_RETRY_EXC_ERR when none is left; rnr_retry 7 is infinite) and waits the
-// timer the NAK asks for before sending again from psn.
-func (q *QP) startRNRWait(psn wire.PSN, syn uint8) {
-	r := &q.req
-	if r.rnrLeft == 0 {
-		q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
-		return
-	}
-	if r.rnrLeft != 7 {
-		r.rnrLeft--
-	}
-	r.rnrWait, r.rnrPSN = true, psn
-	r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
-	r.rtoAt = 0
-	q.dev.timers.arm(q, r.rnrUntil)
 }
 
 // fatalNAK fails the QP for a NAK other than a PSN sequence error, in either mode: the

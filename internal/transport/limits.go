@@ -196,19 +196,7 @@ func (q *QP) usage(u *[NumLimits]uint32) {
 	if taken > polled {
 		u[LimitSRQHeld] = uint32(taken - polled)
 	}
-	rs := &q.resp
-	if q.weak == nil {
-		if rs.sending || rs.writing {
-			u[LimitInOrderMsgs] = 1
-			u[LimitInOrderSegs] = rs.msgPkts
-		}
-		return
-	}
-	ws := q.weak
-	u[LimitOOOMsgs] = uint32(ws.arrived.Held())
-	u[LimitOOOSegs] = ws.arrived.Ahead()
-	u[LimitHoleSpan] = uint32(ws.arrived.High().Diff(ws.arrived.Base()))
-	u[LimitInOrderMsgs], u[LimitInOrderSegs] = ws.inProgress()
+	q.mode.usage(q, u)
 }
 
 // admit decides about a request packet that would add add to each dimension (q.mu held);

@@ -100,7 +100,8 @@ type QP struct {
 
 	req   requester
 	resp  responder
-	weak  *weakState  // weakly-ordered mode's bookkeeping; nil in ordered mode
+	mode  mode        // what differs between the transport modes (mode.go); set at RTR
+	weak  *weakState  // the mode's state when it is weakly ordered (used by weak*.go only)
 	lq    *limitQueue // limit queue; nil: no limits
 	stats Stats
 
@@ -129,7 +130,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	}
 	q := &QP{
 		dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
-		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1,
+		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1, mode: ordered{},
 	}
 	q.txIdle.L = &q.mu
 	q.sq = make([]sendWQE, c.MaxSendWR)
@@ -505,12 +506,11 @@ func (q *QP) setState(s QPState) {
 	case StateReset:
 		q.resetQueues()
 	case StateRTR:
-		if q.attr.Ordering == Weak {
-			q.weak = newWeakState(q, q.attr.MaxHole, q.resp.epsn)
-		}
+		q.mode = q.modeFor(&q.attr)
+		q.weak, _ = q.mode.(*weakState)
 	case StateRTS:
-		if q.weak != nil && old == StateRTR {
-			q.weak.startRequester(q.req.nextPSN)
+		if old == StateRTR {
+			q.mode.startRequester(q, q.req.nextPSN)
 		}
 	case StateErr:
 		if old != StateErr {
@@ -541,12 +541,11 @@ func (q *QP) resetQueues() {
 	}
 	q.req = requester{}
 	q.resp.reset()
-	if q.weak != nil {
-		// Keep the counters of the weak-mode bookkeeping that goes away.
-		q.stats.HolesOpened += q.weak.arrived.Opened + q.weak.done.Opened
-		q.stats.HolesClosed += q.weak.arrived.Closed + q.weak.done.Closed
-		q.weak = nil
-	}
+	// Keep the counters of the mode's bookkeeping that goes away.
+	opened, closed := q.mode.holeCounts()
+	q.stats.HolesOpened += opened
+	q.stats.HolesClosed += closed
+	q.mode, q.weak = ordered{}, nil
 	q.commEst = false
 	q.attr = Attr{}
 	q.mtu = 0
@@ -579,9 +578,7 @@ func (q *QP) flush(first uint8, verr uint32) {
 	if !q.srq {
 		q.rq.flush(q.recvCQ, q.qpn)
 	} else {
-		if q.weak != nil {
-			q.flushTaken()
-		}
+		q.mode.flushTaken(q)
 		q.dev.raise(Event{Type: EventQPLastWQE, QP: q, Detail: "QP on an SRQ entered the error state"})
 	}
 	q.dev.timers.cancel(q)

@@ -51,14 +51,6 @@ func (q *QP) pktsFor(w *sendWQE) uint32 {
 	return n
 }
 
-// window returns how many PSNs past una the requester may send.
-func (q *QP) window() int32 {
-	if q.weak != nil {
-		return int32(q.weak.span)
-	}
-	return int32(q.dev.cfg.Window)
-}
-
 // fill builds request packets into b until the window, the queue or b is exhausted: in
 // weak mode selective retransmissions first, then new packets. It returns true when it
 // stopped because b is full.
@@ -74,15 +66,12 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		return false
 	}
 	defer q.armRTO()
-	var now int64
-	if q.weak != nil {
-		now = q.dev.now()
-		defer q.armProbe(now)
-		if q.fillRetransmits(b, now) {
-			return true
-		}
+	now, full := q.mode.beforeFill(q, b)
+	defer q.mode.afterFill(q, now)
+	if full {
+		return true
 	}
-	window := q.window()
+	window := q.mode.window(q)
 	size := uint64(len(q.sq))
 	for q.sqCur != q.sqHead {
 		w := &q.sq[q.sqCur%size]
@@ -115,9 +104,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			r.nextPSN = r.nextPSN.Add(w.npkts)
 			r.curPSN = w.firstPSN
 			q.sqStarted++
-			if q.weak != nil {
-				q.weak.start(q, w)
-			}
+			q.mode.start(q, w)
 		}
 		end := r.curPSN // last PSN the next packet covers
 		if w.op == WRRead {
@@ -126,8 +113,8 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		if end.Diff(r.una) >= window {
 			return false
 		}
-		if q.weak != nil && q.weak.inflight+uint32(end.Diff(r.curPSN))+1 > q.weak.cap {
-			return false // in weak mode the window bounds packets in flight, not PSNs past una
+		if !q.mode.admit(q, w, r.curPSN, end) {
+			return false
 		}
 		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
 			return true
@@ -137,22 +124,14 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			if r.rdOut >= int(q.attr.MaxRdAtomic) {
 				return false
 			}
-			if ws := q.weak; ws != nil {
-				seq := w.readSN
-				if w.op == WRRead {
-					seq = seq.Add(uint32(r.curPSN.Diff(w.firstPSN)) / uint32(q.dev.cfg.ReadChunk))
-				}
-				if !ws.readSeqOK(seq, q.attr.MaxRdAtomic) {
-					return false // an older one is still incomplete (see weakState.rdBase)
-				}
+			if !q.mode.readSlot(q, w, r.curPSN) {
+				return false
 			}
 			r.rdOut++
 		}
 		psn := r.curPSN
 		r.curPSN = q.buildRequest(b, w, psn, end, false)
-		if q.weak != nil {
-			q.weak.sent(q.sqCur, w, psn, r.curPSN, now)
-		}
+		q.mode.sent(q, q.sqCur, w, psn, r.curPSN, now)
 		if fresh {
 			r.highPSN = r.curPSN
 		} else {
@@ -202,34 +181,32 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.PSN, ack
 	idx := uint32(psn.Diff(w.firstPSN))
 	off := uint64(idx) * uint64(q.mtu)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
-	weak := q.weak != nil
 	var ooh wire.OOH
 	var pieces [maxPieces][]byte
 	var pay [][]byte
 	payLen := 0
-	var hdr []byte
-	var info *wire.OpInfo
 	next := psn.Add(1)
+	last := psn == w.lastPSN()
+	var n uint64 // payload bytes, or what a READ request asks for
 	switch w.op {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
-		n := min(uint64(q.mtu), uint64(w.length)-off)
-		first, last := idx == 0, psn == w.lastPSN()
-		if weak {
-			bth.Opcode = weakDataOpcode(w.op, last)
-			ooh = wire.OOH{Seq: w.rsn, Offset: uint32(off), Length: w.length}
-			if w.op != WRWrite {
-				ooh.Flags = wire.OOHRecv
-			}
-		} else {
-			bth.Opcode = requestOpcode(w.op, first, last)
-		}
-		info = bth.Opcode.Info()
-		hdr = b.Alloc(info.HdrLen)
+		n = min(uint64(q.mtu), uint64(w.length)-off)
+	case WRRead:
+		n = uint64(end.Diff(psn)+1) * uint64(q.mtu)
+		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
+		next = end.Add(1)
+	}
+	op, hasOOH, ownVA := q.mode.format(q, w, idx, last, off, n, &ooh)
+	bth.Opcode = op
+	info := op.Info()
+	hdr := b.Alloc(info.HdrLen)
+	switch w.op {
+	case WRSend, WRSendImm, WRWrite, WRWriteImm:
 		o := wire.BTHLen
 		if info.Flags&wire.HasRETH != 0 {
 			va := w.raddr
-			if weak {
-				va += off // every weak WRITE packet addresses its own payload
+			if ownVA {
+				va += off // the packet addresses its own payload
 			}
 			reth := wire.RETH{VA: va, RKey: w.rkey, DMALen: w.length}
 			reth.Put(hdr[o:])
@@ -247,38 +224,18 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.PSN, ack
 		pay = gather(w.segs, off, int(n), pieces[:0])
 		payLen = int(n)
 	case WRRead:
-		n := uint64(end.Diff(psn)+1) * uint64(q.mtu)
-		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
-		bth.Opcode = wire.OpReadRequest
-		if weak {
-			bth.Opcode = wire.OpWeakReadReq
-			chunk := idx / uint32(q.dev.cfg.ReadChunk)
-			ooh = wire.OOH{Seq: w.readSN.Add(chunk), Offset: uint32(off), Length: uint32(n)}
-		}
-		info = bth.Opcode.Info()
-		hdr = b.Alloc(info.HdrLen)
 		reth := wire.RETH{VA: w.raddr + off, RKey: w.rkey, DMALen: uint32(n)}
 		reth.Put(hdr[wire.BTHLen:])
 		bth.AckReq = ackReq
-		next = end.Add(1)
 	default: // atomics
-		bth.Opcode = wire.OpCompareSwap
 		at := wire.AtomicETH{VA: w.raddr, RKey: w.rkey, SwapAdd: w.swap, Compare: w.compareAdd}
 		if w.op == WRAtomicFetch {
-			bth.Opcode = wire.OpFetchAdd
 			at.SwapAdd, at.Compare = w.compareAdd, 0
 		}
-		if weak {
-			bth.Opcode += wire.OpWeakCmpSwap - wire.OpCompareSwap
-			ooh = wire.OOH{Seq: w.readSN, Length: 8}
-		}
-		info = bth.Opcode.Info()
-		hdr = b.Alloc(info.HdrLen)
 		at.Put(hdr[wire.BTHLen:])
 		bth.AckReq = ackReq
 	}
-	if weak {
-		ooh.TxSeq = q.weak.txSeq + 1
+	if hasOOH {
 		ooh.Put(hdr[info.HdrLen-wire.OOHLen:])
 	}
 	bth.PadCnt = uint8(wire.PadFor(payLen))
@@ -367,9 +324,7 @@ func (q *QP) armRTO() {
 		return
 	}
 	if r.rtoAt == 0 {
-		if q.weak != nil {
-			to <<= q.weak.backoff
-		}
+		to <<= q.mode.rtoShift()
 		r.rtoAt = q.dev.now() + int64(to)
 		q.dev.timers.arm(q, r.rtoAt)
 	}
@@ -437,28 +392,9 @@ func (q *QP) onTimer() {
 		return
 	}
 	r := &q.req
-	kick := false
-	if ws := q.weak; ws != nil && ws.probeAt != 0 && !r.rnrWait {
-		if now >= ws.probeAt {
-			q.lossProbe(now)
-			kick = len(ws.lost) > 0
-		} else {
-			q.dev.timers.arm(q, ws.probeAt)
-		}
-	}
+	kick := q.mode.onTimer(q, now)
 	if r.rnrWait {
-		if now >= r.rnrUntil {
-			r.rnrWait = false
-			if q.weak != nil {
-				q.queueMissing(r.rnrPSN)
-			} else {
-				q.rewind(r.rnrPSN)
-			}
-			r.rtoAt = 0
-			kick = true
-		} else {
-			q.dev.timers.arm(q, r.rnrUntil)
-		}
+		kick = q.endRNRWait(now) || kick
 	} else if r.rtoAt != 0 {
 		if !r.outstanding() {
 			r.rtoAt = 0
@@ -470,11 +406,7 @@ func (q *QP) onTimer() {
 				return
 			}
 			r.retryLeft--
-			if q.weak != nil {
-				q.weakTimeout()
-			} else {
-				q.rewind(r.una)
-			}
+			q.mode.resend(q, r.una, true)
 			r.rtoAt = 0
 			kick = true
 		} else {

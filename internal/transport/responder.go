@@ -128,7 +128,7 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		// as rxe drops opcodes of another transport type: it is a late packet of the QP's
 		// previous connection, a misconfigured peer or a blind injection, and none of
 		// them may end the connection.
-		if (q.weak != nil) != (p.Info.Flags&wire.IsWeak != 0) {
+		if !q.mode.accepts(p.Info.Flags) {
 			q.stats.WrongMode++
 			return
 		}
@@ -138,11 +138,7 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 				q.dev.raise(Event{Type: EventCommEst, QP: q, Detail: "first packet received in RTR"})
 			}
 		}
-		if q.weak != nil {
-			q.weakRequest(p)
-		} else {
-			q.handleRequest(p)
-		}
+		q.mode.request(q, p)
 		return
 	}
 	if q.state == StateRTR {
@@ -631,30 +627,7 @@ func (q *QP) sendNak(syn uint8, psn wire.PSN) {
 }
 
 func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn wire.PSN) {
-	if q.weak != nil {
-		// Weak mode acknowledges selectively: everything before the first hole, and the
-		// runs beyond it. NAKs and RNR NAKs travel the same way.
-		q.sendSACK(b, syn, q.weak.arrived.Base().Add(wire.PSNMask))
-		return
-	}
-	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
-	hdr := b.Alloc(wire.BTHLen + wire.AETHLen)
-	bth.Put(hdr)
-	aeth := wire.AETH{Syndrome: syn, MSN: q.resp.msn}
-	aeth.Put(hdr[wire.BTHLen:])
-	q.emit(b, hdr, nil, 0)
-}
-
-// sendRNR refuses the packet at psn for lack of a receive WQE.
-func (q *QP) sendRNR(psn wire.PSN) {
-	q.sendRNRTimer(psn, q.attr.MinRNRTimer)
-}
-
-// sendRNRTimer refuses the packet at psn with an RNR NAK asking the requester to wait the
-// timer with the given code.
-func (q *QP) sendRNRTimer(psn wire.PSN, code uint8) {
-	q.resp.nakSent = true // later packets of the burst are dropped quietly
-	q.sendNak(wire.AETHRNR|code&0x1F, psn)
+	q.mode.ack(q, b, syn, psn)
 }
 
 // respFatal handles a request the responder cannot execute: it NAKs it, completes the

@@ -67,10 +67,9 @@ func (q *QP) Stats() Stats {
 
 func (q *QP) statsLocked() Stats {
 	s := q.stats
-	if q.weak != nil {
-		s.HolesOpened += q.weak.arrived.Opened + q.weak.done.Opened
-		s.HolesClosed += q.weak.arrived.Closed + q.weak.done.Closed
-	}
+	opened, closed := q.mode.holeCounts()
+	s.HolesOpened += opened
+	s.HolesClosed += closed
 	return s
 }
 

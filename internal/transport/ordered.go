@@ -1,0 +1,69 @@
+package transport
+
+import (
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// ordered is standard RC as IBTA specifies it: the responder places packets in PSN order
+// and sequence-NAKs a gap; the requester goes back to the first unacknowledged PSN on a
+// NAK, a timeout or the end of an RNR wait (go-back-N). Its state is the requester's,
+// completer's and responder's own: the mode has none.
+type ordered struct{}
+
+func (ordered) weak() bool { return false }
+
+// Responder.
+
+func (ordered) accepts(f uint32) bool          { return f&wire.IsWeak == 0 }
+func (ordered) request(q *QP, p *wire.Packet)  { q.handleRequest(p) }
+func (ordered) flushTaken(*QP)                 {}
+func (ordered) response(q *QP, p *wire.Packet) { q.orderedResponse(p) }
+
+func (ordered) ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN) {
+	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
+	hdr := b.Alloc(wire.BTHLen + wire.AETHLen)
+	bth.Put(hdr)
+	aeth := wire.AETH{Syndrome: syn, MSN: q.resp.msn}
+	aeth.Put(hdr[wire.BTHLen:])
+	q.emit(b, hdr, nil, 0)
+}
+
+// usage: the message in progress (an ordered responder has at most one).
+func (ordered) usage(q *QP, u *[NumLimits]uint32) {
+	if rs := &q.resp; rs.sending || rs.writing {
+		u[LimitInOrderMsgs] = 1
+		u[LimitInOrderSegs] = rs.msgPkts
+	}
+}
+
+// Requester.
+
+func (ordered) startRequester(*QP, wire.PSN) {}
+func (ordered) window(q *QP) int32           { return int32(q.dev.cfg.Window) }
+func (ordered) beforeFill(*QP, *netio.SendBatch) (int64, bool) {
+	return 0, false
+}
+func (ordered) afterFill(*QP, int64)                                  {}
+func (ordered) start(*QP, *sendWQE)                                   {}
+func (ordered) admit(*QP, *sendWQE, wire.PSN, wire.PSN) bool          { return true }
+func (ordered) readSlot(*QP, *sendWQE, wire.PSN) bool                 { return true }
+func (ordered) sent(*QP, uint64, *sendWQE, wire.PSN, wire.PSN, int64) {}
+func (ordered) rtoShift() uint8                                       { return 0 }
+func (ordered) onTimer(*QP, int64) bool                               { return false }
+func (ordered) resend(q *QP, psn wire.PSN, _ bool)                    { q.rewind(psn) }
+func (ordered) holeCounts() (opened, closed uint64)                   { return 0, 0 }
+func (ordered) holes() Holes                                          { return Holes{} }
+
+// format: FIRST/MIDDLE/LAST/ONLY opcodes; a WRITE's RETH is on its first packet only.
+func (ordered) format(q *QP, w *sendWQE, idx uint32, last bool, _, _ uint64, _ *wire.OOH) (wire.Opcode, bool, bool) {
+	switch w.op {
+	case WRRead:
+		return wire.OpReadRequest, false, false
+	case WRAtomicCmpSwap:
+		return wire.OpCompareSwap, false, false
+	case WRAtomicFetch:
+		return wire.OpFetchAdd, false, false
+	}
+	return requestOpcode(w.op, idx == 0, last), false, false
+}
