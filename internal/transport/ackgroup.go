@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,12 +14,14 @@ import (
 // process).
 type AckGroup struct {
 	holding atomic.Int32 // len(set), read without mu on every poll
-	mu      sync.Mutex
+	mu      mutex
 	set     map[*Device]struct{} // devices with an ACK held back
 }
 
 // NewAckGroup returns an empty group.
-func NewAckGroup() *AckGroup { return &AckGroup{set: map[*Device]struct{}{}} }
+func NewAckGroup() *AckGroup {
+	return &AckGroup{set: map[*Device]struct{}{}, mu: mutex{rank: rankAckGroup}}
+}
 
 // hold adds d to the set of devices holding ACKs back (or removes it).
 func (g *AckGroup) hold(d *Device, held bool) {

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,7 +16,7 @@ const (
 // When armed (one shot), a matching CQE calls Notify.
 type CQ struct {
 	dev   *Device
-	mu    sync.Mutex
+	mu    mutex
 	ring  []CQE
 	head  uint64 // next slot to fill
 	tail  uint64 // next slot to poll
@@ -42,7 +41,7 @@ type CQ struct {
 
 // NewCQ creates a CQ with room for n entries.
 func (d *Device) NewCQ(n int) *CQ {
-	return &CQ{dev: d, ring: make([]CQE, n)}
+	return &CQ{dev: d, ring: make([]CQE, n), mu: mutex{rank: rankCQ}}
 }
 
 // Cap returns the number of entries the CQ holds.

@@ -67,7 +67,7 @@ type Device struct {
 
 	mrs *tpt.Table
 
-	qpMu    sync.Mutex
+	qpMu    mutex
 	qps     ptab.Table[QP]
 	qpSet   map[*QP]struct{}
 	qpns    *ptab.Allocator // draws QP numbers (QP0 and QP1 reserved)
@@ -76,7 +76,7 @@ type Device struct {
 
 	// Receive path state, owned by whoever holds rxMu (the receive goroutine, or a
 	// polling consumer driving progress).
-	rxMu     sync.Mutex
+	rxMu     mutex
 	rxBatch  *netio.RecvBatch
 	rxOut    *netio.SendBatch
 	ackList  []*QP
@@ -105,7 +105,7 @@ type Device struct {
 	polled   atomic.Bool
 	yieldReq atomic.Bool // a completion handler was woken: yield after this batch
 
-	atomicMu sync.Mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
+	atomicMu mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
 
 	batches sync.Pool // *netio.SendBatch for transmit from other goroutines
 
@@ -202,6 +202,7 @@ func Open(cfg Config) (*Device, error) {
 		qpSet: make(map[*QP]struct{}),
 		qpns:  ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
+	d.rxMu.rank, d.qpMu.rank, d.atomicMu.rank = rankRx, rankQPTable, rankAtomic
 	d.rxBatch = conn.NewRecvBatch(cfg.RecvBatch, 4096+256)
 	d.rxOut = netio.NewSendBatch(outPkts, outIovs, outArena)
 	d.batches.New = func() any { return netio.NewSendBatch(outPkts, outIovs, outArena) }

@@ -81,7 +81,7 @@ type QP struct {
 	// Owner is the verbs object wrapping this QP.
 	Owner any
 
-	mu        sync.Mutex
+	mu        mutex
 	state     QPState
 	destroyed bool
 	attr      Attr // as last set (for QueryQP)
@@ -132,6 +132,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 		dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
 		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1, mode: ordered{},
 	}
+	q.mu.rank = rankQP
 	q.txIdle.L = &q.mu
 	q.sq = make([]sendWQE, c.MaxSendWR)
 	for i := range q.sq {

@@ -3,7 +3,6 @@ package transport
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/softrnic/softrnic/internal/tpt"
 )
@@ -31,7 +30,7 @@ func (w *recvWQE) revoked() bool {
 // RecvQueue is a receive queue: a QP's own, or a shared receive queue (SRQ) used by many.
 type RecvQueue struct {
 	dev    *Device
-	mu     sync.Mutex
+	mu     mutex
 	ring   []recvWQE
 	head   uint64 // next slot to post
 	tail   uint64 // next slot to consume
@@ -46,7 +45,7 @@ type RecvQueue struct {
 
 // NewRecvQueue creates a receive queue with room for n WQEs of up to maxSGE elements.
 func (d *Device) NewRecvQueue(pd uint32, n, maxSGE int, shared bool) *RecvQueue {
-	q := &RecvQueue{dev: d, ring: make([]recvWQE, n), maxSGE: maxSGE, pd: pd, shared: shared}
+	q := &RecvQueue{dev: d, ring: make([]recvWQE, n), maxSGE: maxSGE, pd: pd, shared: shared, mu: mutex{rank: rankRecvQ}}
 	for i := range q.ring {
 		q.ring[i].segs = make([][]byte, 0, maxSGE)
 		q.ring[i].regs = make([]*tpt.Region, 0, maxSGE)

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"container/heap"
-	"sync"
 	"time"
 )
 
@@ -18,7 +17,7 @@ import (
 // tolerates (each is a minimum wait).
 type timerQueue struct {
 	d    *Device
-	mu   sync.Mutex
+	mu   mutex
 	h    qpHeap
 	due  []*QP
 	wake chan struct{}
@@ -52,6 +51,7 @@ func (h *qpHeap) Pop() any {
 
 func (t *timerQueue) init(d *Device) {
 	t.d = d
+	t.mu.rank = rankTimers
 	t.wake = make(chan struct{}, 1)
 	t.done = make(chan struct{})
 }
