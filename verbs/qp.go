@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"unsafe"
 
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/transport"
@@ -403,13 +402,10 @@ const (
 	SendInline    SendFlags = SendFlags(transport.FlagInline)    // copy the data at post time
 )
 
-// SGE is a scatter/gather element (ibv_sge): Length bytes at Addr (an IOVA) of the
-// region with LKey.
-type SGE struct {
-	Addr   uint64
-	Length uint32
-	LKey   uint32
-}
+// SGE is a scatter/gather element (ibv_sge): its fields say Length bytes at Addr (an IOVA)
+// of the region with LKey. It is the engine's own type (an alias), so a scatter/gather
+// list goes to the engine as it is, with no copy and no conversion.
+type SGE = transport.SGE
 
 // SendWR is a send work request (ibv_send_wr, with the rdma and atomic fields flattened).
 type SendWR struct {
@@ -450,10 +446,6 @@ func (e *PostError) Unwrap() error { return e.Err }
 // postChunk is how many work requests are converted per step (on the stack).
 const postChunk = 16
 
-func tsges(s []SGE) []transport.SGE {
-	return unsafe.Slice((*transport.SGE)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
-}
-
 // PostSend posts send work requests. A *PostError says which one was refused.
 func (q *QP) PostSend(wrs []SendWR) error {
 	var buf [postChunk]transport.SendWR
@@ -468,7 +460,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 				return &PostError{Index: done + i, Err: fmt.Errorf("%w: opcode %d", ErrInvalid, w.Opcode)}
 			}
 			buf[i] = transport.SendWR{
-				WRID: w.WRID, SG: tsges(w.SGList), Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
+				WRID: w.WRID, SG: w.SGList, Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
 				Imm: w.ImmData, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap,
 			}
 		}
@@ -500,7 +492,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	for done := 0; done < len(wrs); {
 		n := min(postChunk, len(wrs)-done)
 		for i := 0; i < n; i++ {
-			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: tsges(wrs[done+i].SGList)}
+			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: wrs[done+i].SGList}
 		}
 		posted, err := q.qp.PostRecv(buf[:n])
 		clear(buf[:n])
