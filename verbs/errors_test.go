@@ -292,7 +292,7 @@ func testRNR(t *testing.T, mode verbs.Ordering) {
 			expectState(t, a.qp, verbs.StateErr)
 			got := a.qp.Counters().RNRNAKsReceived
 			switch {
-			case mode == verbs.OrderingStrict && got != uint64(retry)+1:
+			case mode == verbs.OrderingOrdered && got != uint64(retry)+1:
 				t.Errorf("%d RNR NAKs received, want rnr_retry+1 = %d", got, retry+1)
 			case mode == verbs.OrderingWeak && got < uint64(retry)+1:
 				// Weak mode differs: the responder refuses every packet that finds no

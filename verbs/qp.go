@@ -257,9 +257,10 @@ type Ordering int
 
 // Orderings.
 const (
-	// OrderingStrict is standard RC: packets are placed in order; a lost packet makes the
-	// requester go back and resend everything after it (go-back-N).
-	OrderingStrict Ordering = Ordering(transport.Ordered)
+	// OrderingOrdered (the zero value, the default) is standard RC: packets are placed in
+	// order; a lost packet makes the requester go back and resend everything after it
+	// (go-back-N).
+	OrderingOrdered Ordering = Ordering(transport.Ordered)
 	// OrderingWeak places every packet the moment it arrives (packets carry what is needed
 	// to place them, in manufacturer-specific opcodes), completes work requests in order
 	// when the holes before them close, and resends only lost packets (selective
@@ -322,7 +323,7 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 		Access: tpt.Access(attr.QPAccessFlags), PKeyIndex: attr.PKeyIndex, Port: attr.PortNum,
 		SQDNotify: attr.EnSQDAsyncNotify, Ordering: transport.Ordering(attr.Ordering), MaxHole: attr.MaxHole,
 	}
-	if attr.Ordering < OrderingStrict || attr.Ordering > OrderingWeak {
+	if attr.Ordering < OrderingOrdered || attr.Ordering > OrderingWeak {
 		ta.Ordering = 255
 	}
 	if attr.QPState < StateReset || attr.QPState > StateErr {
