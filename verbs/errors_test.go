@@ -48,11 +48,6 @@ func expectState(t *testing.T, qp *verbs.QP, want verbs.QPState) {
 func TestRemoteAccessErrors(t *testing.T) { forEachOrdering(t, testRemoteAccessErrors) }
 
 func testRemoteAccessErrors(t *testing.T, mode verbs.Ordering) {
-	type target struct {
-		mr   *verbs.MR
-		addr uint64
-		rkey uint32
-	}
 	const size = 4096
 	cases := []struct {
 		name     string
