@@ -112,7 +112,7 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	def(&o.RNRRetry, ZeroRNRRetry, 7)
 	def(&o.MinRNRTimer, ZeroMinRNRTimer, 12)
 	def(&o.MaxRdAtomic, ZeroMaxRdAtomic, 16)
-	ordering := OrderingStrict
+	ordering := OrderingOrdered
 	var maxHole uint32
 	if o.Ordering == OrderingWeak && remote.Ordering == OrderingWeak {
 		ordering = OrderingWeak

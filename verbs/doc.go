@@ -4,17 +4,22 @@
 //
 // The objects and calls are the ones a verbs programmer knows:
 //
-//	ctx, _ := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
-//	attr := ctx.QueryDevice()                 // ibv_query_device
-//	pd, _ := ctx.AllocPD()                    // ibv_alloc_pd
-//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-//	ch, _ := ctx.CreateCompChannel()          // ibv_create_comp_channel
-//	cq, _ := ctx.CreateCQ(256, ch, 0)         // ibv_create_cq
-//	qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ...})
-//	qp.ModifyQP(&attr, mask)                  // RESET -> INIT -> RTR -> RTS
-//	qp.PostRecv(wrs) / qp.PostSend(wrs)       // ibv_post_recv / ibv_post_send
-//	n := cq.PollCQ(wc)                        // ibv_poll_cq
-//	cq.ReqNotifyCQ(false); ch.GetCQEvent(ctx) // ibv_req_notify_cq / ibv_get_cq_event
+//	dev, _ := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+//	da := dev.QueryDevice()                          // ibv_query_device
+//	pd, _ := dev.AllocPD()                           // ibv_alloc_pd
+//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite)   // ibv_reg_mr
+//	ch, _ := dev.CreateCompChannel()                 // ibv_create_comp_channel
+//	cq, _ := dev.CreateCQ(16, ch, 0)                 // ibv_create_cq
+//	qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+//	qp.ModifyQP(&qpAttr, mask)                       // RESET -> INIT -> RTR -> RTS, a call each
+//	cq.ReqNotifyCQ(false)                            // ibv_req_notify_cq
+//	qp.PostRecv(recvWRs); qp.PostSend(sendWRs)       // ibv_post_recv / ibv_post_send
+//	got, _ := ch.GetCQEvent(context.Background())    // ibv_get_cq_event
+//	got.AckCQEvents(1)                               // ibv_ack_cq_events
+//	n := cq.PollCQ(wc)                               // ibv_poll_cq
+//
+// The package's CompletionChannel example is this sequence, runnable (and checked by go
+// test). Connect does the three ModifyQP calls from the peer's Endpoint.
 //
 // Errors are Go errors that say what was wrong (they wrap ErrInvalid, ErrBusy, ErrLimit or
 // ErrClosed); work completions carry libibverbs statuses. Post errors are *PostError and

@@ -48,11 +48,6 @@ func expectState(t *testing.T, qp *verbs.QP, want verbs.QPState) {
 func TestRemoteAccessErrors(t *testing.T) { forEachOrdering(t, testRemoteAccessErrors) }
 
 func testRemoteAccessErrors(t *testing.T, mode verbs.Ordering) {
-	type target struct {
-		mr   *verbs.MR
-		addr uint64
-		rkey uint32
-	}
 	const size = 4096
 	cases := []struct {
 		name     string
@@ -292,7 +287,7 @@ func testRNR(t *testing.T, mode verbs.Ordering) {
 			expectState(t, a.qp, verbs.StateErr)
 			got := a.qp.Counters().RNRNAKsReceived
 			switch {
-			case mode == verbs.OrderingStrict && got != uint64(retry)+1:
+			case mode == verbs.OrderingOrdered && got != uint64(retry)+1:
 				t.Errorf("%d RNR NAKs received, want rnr_retry+1 = %d", got, retry+1)
 			case mode == verbs.OrderingWeak && got < uint64(retry)+1:
 				// Weak mode differs: the responder refuses every packet that finds no

@@ -1,8 +1,10 @@
 package verbs_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -72,4 +74,69 @@ func Example() {
 	// RECV success 5 42 hello
 	// SEND success
 	// RDMA_WRITE success hello, remote memory
+}
+
+// The sequence of the package documentation, one call per libibverbs function: a QP
+// connected to itself with ModifyQP, and a SEND whose completion is waited for on a
+// completion channel (sleeping, not polling).
+func Example_completionChannel() {
+	dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Port: verbs.AnyPort})
+	if err != nil {
+		panic(err)
+	}
+	defer dev.Close()
+	da := dev.QueryDevice()
+	pd, _ := dev.AllocPD()
+	buf := make([]byte, 64)
+	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite)
+	ch, _ := dev.CreateCompChannel()
+	cq, _ := dev.CreateCQ(16, ch, 0)
+	qpCap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+
+	// RESET -> INIT -> RTR -> RTS. The peer is the QP itself; a real one's Endpoint comes
+	// out of band.
+	self := qp.Endpoint(verbs.RandomPSN())
+	for _, s := range []struct {
+		qpAttr verbs.QPAttr
+		mask   verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.StateInit, PortNum: 1},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{QPState: verbs.StateRTR, PathMTU: verbs.MTU1024, DestQPNum: self.QPNum, RQPSN: self.PSN, MinRNRTimer: 12,
+			AHAttr: verbs.AHAttr{DGID: self.GID, DestPort: self.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{QPState: verbs.StateRTS, SQPSN: self.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+			verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+				verbs.QPAttrSQPSN | verbs.QPAttrMaxQPRdAtomic},
+	} {
+		if err := qp.ModifyQP(&s.qpAttr, s.mask); err != nil {
+			panic(err)
+		}
+	}
+
+	// Arm the CQ, post, and sleep until its event; then poll.
+	copy(buf, "hello")
+	cq.ReqNotifyCQ(false)
+	qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(32, 32)}}})
+	qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, 5)}}})
+	got, err := ch.GetCQEvent(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	got.AckCQEvents(1)
+	wc := make([]verbs.WorkCompletion, 2)
+	for n := 0; n < len(wc); {
+		n += cq.PollCQ(wc[n:])
+	}
+	slices.SortFunc(wc, func(a, b verbs.WorkCompletion) int { return int(a.WRID) - int(b.WRID) })
+	fmt.Println(da.PhysPortCnt, "port,", got == cq)
+	fmt.Println(wc[0].Opcode, wc[0].Status, string(buf[32:32+wc[0].ByteLen]))
+	fmt.Println(wc[1].Opcode, wc[1].Status)
+	// Output:
+	// 1 port, true
+	// RECV success hello
+	// SEND success
 }

@@ -375,7 +375,7 @@ var soakFaults = verbs.Faults{Loss: 0.02, Reorder: 0.02, Dup: 0.01}
 // lose, reorder and duplicate packets, starting just below the PSN wrap: every
 // completion must be successful and in posting order, every byte must arrive, and every
 // atomic must be executed exactly once.
-func TestSoak(t *testing.T) { soak(t, verbs.OrderingStrict, soakFaults) }
+func TestSoak(t *testing.T) { soak(t, verbs.OrderingOrdered, soakFaults) }
 
 // TestSoakWeak is TestSoak with both QPs in weak mode: packets are placed out of order and
 // only lost ones are sent again, but completions still come in posting order, every byte

@@ -8,9 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/softrnic/softrnic/internal/osthread"
 )
 
 // Completion handlers are libibverbs' completion vectors made concrete. A device has a
@@ -107,10 +106,10 @@ type handler struct {
 	started bool
 	done    chan struct{}
 
-	// wake is how the handler's thread sleeps: in the kernel (futex), not in the Go
-	// scheduler, so that waking it is one system call and it runs as soon as the kernel
-	// schedules it, as an interrupt thread would.
-	wake atomic.Uint32 // handlerRunning, handlerWakePending or handlerSleeping
+	// wake is how the handler's thread sleeps: in the kernel, not in the Go scheduler, so
+	// that waking it is one system call and it runs as soon as the kernel schedules it, as
+	// an interrupt thread would.
+	wake osthread.Parker
 
 	pending atomic.Int32       // queued, not yet dispatched
 	inCall  atomic.Pointer[CQ] // the CQ whose event the function handles now
@@ -144,13 +143,13 @@ func (c *Context) handlerSet() *handlerSet { return c.hs.Load() }
 
 // checkHandlerCPUs checks that every CPU of hc is one this process may run on.
 func checkHandlerCPUs(id int, hc HandlerConfig) error {
-	allowed, err := allowedCPUs()
+	allowed, err := osthread.AllowedCPUs()
 	if err != nil {
-		return err
+		return fmt.Errorf("verbs: %w", err)
 	}
 	for _, cpu := range hc.CPUs {
-		if cpu < 0 || !allowed.IsSet(cpu) {
-			return fmt.Errorf("verbs: completion handler %d: %w: CPU %d is not one this process may run on (%v)", id, ErrInvalid, cpu, cpuList(allowed))
+		if !slices.Contains(allowed, cpu) {
+			return fmt.Errorf("verbs: completion handler %d: %w: CPU %d is not one this process may run on (%v)", id, ErrInvalid, cpu, allowed)
 		}
 	}
 	return nil
@@ -264,30 +263,12 @@ func (c *Context) RemoveCompletionHandler(id int) error {
 	// thread ends.
 	h.fn.Store(nil)
 	if started && !h.stopped.Swap(true) {
-		h.kick()
-		if h.tid.Load() != int32(unix.Gettid()) {
+		h.wake.Unpark()
+		if h.tid.Load() != int32(osthread.ID()) {
 			<-h.done
 		}
 	}
 	return nil
-}
-
-func allowedCPUs() (*unix.CPUSet, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("verbs: sched_getaffinity: %w", err)
-	}
-	return &set, nil
-}
-
-func cpuList(s *unix.CPUSet) []int {
-	var l []int
-	for i := 0; i < len(s)*64; i++ {
-		if s.IsSet(i) {
-			l = append(l, i)
-		}
-	}
-	return l
 }
 
 func (c *Context) handlerAt(op string, id int) (*handler, error) {
@@ -319,7 +300,7 @@ func (c *Context) SetCompletionHandler(id int, fn CompletionHandlerFunc) error {
 	if fn == nil {
 		h.fn.Store(nil)
 		c.mu.Unlock()
-		h.kick()
+		h.wake.Unpark()
 		return nil
 	}
 	h.fn.Store(&fn)
@@ -369,35 +350,8 @@ func (h *handler) post(cq *CQ, at int64) {
 	h.mu.Unlock()
 	h.pending.Add(1)
 	h.events.Add(1)
-	h.kick()
+	h.wake.Unpark()
 	cq.ctx.dev.RequestYield()
-}
-
-// schedFIFO is the SCHED_FIFO policy (linux/sched.h).
-const schedFIFO = 1
-
-// States of handler.wake.
-const (
-	handlerRunning     = 0
-	handlerWakePending = 1
-	handlerSleeping    = 2
-)
-
-// kick wakes the handler's thread if it sleeps (or makes its next sleep return at once).
-func (h *handler) kick() {
-	if h.wake.Swap(handlerWakePending) == handlerSleeping {
-		futexWakeOne(&h.wake)
-	}
-}
-
-// sleep blocks the handler's thread until it is kicked.
-func (h *handler) sleep() {
-	if h.wake.CompareAndSwap(handlerRunning, handlerSleeping) {
-		for h.wake.Load() == handlerSleeping {
-			futexSleep(&h.wake, handlerSleeping)
-		}
-	}
-	h.wake.Store(handlerRunning)
 }
 
 // accepting reports whether events may be queued to h.
@@ -407,36 +361,18 @@ func (h *handler) accepting() bool {
 
 // run is the handler's goroutine.
 func (h *handler) run(ready chan<- error) {
-	// The thread is never unlocked: it ends with the goroutine, and its affinity and nice
-	// value with it.
-	runtime.LockOSThread()
+	// The goroutine keeps its own OS thread, pinned to the handler's CPUs, at its nice
+	// value or SCHED_FIFO priority, until it returns.
 	defer close(h.done)
-	tid := unix.Gettid()
+	tid, err := osthread.Lock(osthread.Config{CPUs: h.cpus, RealTime: h.rt, RTPriority: h.rtPrio, Nice: h.nice})
 	h.tid.Store(int32(tid))
-	if len(h.cpus) > 0 {
-		var set unix.CPUSet
-		for _, cpu := range h.cpus {
-			set.Set(cpu)
-		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			h.stopped.Store(true)
-			ready <- fmt.Errorf("verbs: completion handler %d: sched_setaffinity %v: %w", h.id, h.cpus, err)
-			return
-		}
+	if err != nil {
+		h.stopped.Store(true)
+		ready <- fmt.Errorf("verbs: completion handler %d: %w", h.id, err)
+		return
 	}
-	if h.rt {
-		param := struct{ priority int32 }{int32(h.rtPrio)}
-		if _, _, e := unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, 0, schedFIFO, uintptr(unsafe.Pointer(&param))); e != 0 {
-			h.stopped.Store(true)
-			ready <- fmt.Errorf("verbs: completion handler %d: real-time scheduling (SCHED_FIFO %d): %w (needs CAP_SYS_NICE or RLIMIT_RTPRIO)", h.id, h.rtPrio, e)
-			return
-		}
-	} else if h.nice != 0 {
-		// A thread's nice value: lowering priority needs no privilege.
-		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, h.nice)
-	}
-	addProcs(1)
-	defer addProcs(-1)
+	osthread.AddProcs(1)
+	defer osthread.AddProcs(-1)
 	ready <- nil
 	var batch []handlerEvent
 	for {
@@ -446,7 +382,7 @@ func (h *handler) run(ready chan<- error) {
 			if h.stopped.Load() {
 				return
 			}
-			h.sleep()
+			h.wake.Park()
 			h.mu.Lock()
 		}
 		batch, h.queue = h.queue, batch[:0]
@@ -460,16 +396,6 @@ func (h *handler) run(ready chan<- error) {
 		}
 		clear(batch)
 	}
-}
-
-// procsMu serialises the handlers' GOMAXPROCS adjustments.
-var procsMu sync.Mutex
-
-// addProcs adds n to GOMAXPROCS.
-func addProcs(n int) {
-	procsMu.Lock()
-	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)+n))
-	procsMu.Unlock()
 }
 
 // dispatch calls the function for one event, or passes the event on.
@@ -523,7 +449,7 @@ func (c *Context) yieldToHigher(h *handler) {
 // forget drops queued events for cq and waits until no handler is running its function
 // for it (except the calling thread's own handler: DestroyCQ from inside the function).
 func (c *Context) forgetCQ(cq *CQ) {
-	self := int32(unix.Gettid())
+	self := int32(osthread.ID())
 	for _, h := range c.handlerSet().byPrio {
 		h.mu.Lock()
 		kept := h.queue[:0]
@@ -550,7 +476,7 @@ func (c *Context) forgetCQ(cq *CQ) {
 // stopHandlers ends the handlers' goroutines (Close); a handler closing its own device
 // from its function is not waited for.
 func (c *Context) stopHandlers() {
-	self := int32(unix.Gettid())
+	self := int32(osthread.ID())
 	for _, h := range c.handlerSet().byPrio {
 		c.mu.Lock()
 		started := h.started
@@ -558,7 +484,7 @@ func (c *Context) stopHandlers() {
 		if !started || h.stopped.Swap(true) {
 			continue
 		}
-		h.kick()
+		h.wake.Unpark()
 		if h.tid.Load() != self {
 			<-h.done
 		}

@@ -146,7 +146,7 @@ type link struct {
 	MinRNRTimer     uint8
 	MaxRdAtomic     uint8
 	MaxDestRdAtomic uint8
-	// Ordering is the delivery mode, set on INIT->RTR with QPAttrOrdering; OrderingStrict
+	// Ordering is the delivery mode, set on INIT->RTR with QPAttrOrdering; OrderingOrdered
 	// leaves QPAttrOrdering out of the mask (the QP is ordered, as before weak mode).
 	Ordering verbs.Ordering
 }
@@ -160,7 +160,7 @@ func defaultLink() link {
 }
 
 // orderings are the delivery modes the operation tests run in.
-var orderings = []verbs.Ordering{verbs.OrderingStrict, verbs.OrderingWeak}
+var orderings = []verbs.Ordering{verbs.OrderingOrdered, verbs.OrderingWeak}
 
 // forEachOrdering runs fn once per delivery mode, as subtests named "ordered" and "weak".
 func forEachOrdering(t *testing.T, fn func(t *testing.T, mode verbs.Ordering)) {
@@ -208,7 +208,7 @@ func rtrStep(remote verbs.Endpoint, l link) step {
 		AHAttr: verbs.AHAttr{DGID: remote.GID, DestPort: remote.Port, SrcPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
 		verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer}
-	if l.Ordering != verbs.OrderingStrict {
+	if l.Ordering != verbs.OrderingOrdered {
 		s.attr.Ordering = l.Ordering
 		s.mask |= verbs.QPAttrOrdering
 	}

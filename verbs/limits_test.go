@@ -81,7 +81,7 @@ func waitEvent(t *testing.T, ctx *verbs.Context, typ verbs.EventType) *verbs.Asy
 // being polled) is dropped: its QP goes to ERR with an event naming the limit, the peer's
 // requests fail, and the other connections on the same SRQ carry on.
 func TestLimitHardDrop(t *testing.T) {
-	r := newLimRig(t, 3, verbs.OrderingStrict)
+	r := newLimRig(t, 3, verbs.OrderingOrdered)
 	lim := &verbs.LimitConfig{OnHard: verbs.HardDrop}
 	lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Hard: 4}
 	r.rqps[0].SetLimits(lim)
@@ -115,7 +115,7 @@ func TestLimitHardDrop(t *testing.T) {
 // At its hard limit with the RNR response a connection is refused with RNR NAKs until its
 // completions are polled, then carries on: nothing is lost.
 func TestLimitHardRNR(t *testing.T) {
-	r := newLimRig(t, 1, verbs.OrderingStrict)
+	r := newLimRig(t, 1, verbs.OrderingOrdered)
 	lim := &verbs.LimitConfig{OnHard: verbs.HardRNR}
 	lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Hard: 2}
 	r.rqps[0].SetLimits(lim)
@@ -138,7 +138,7 @@ func TestLimitHardRNR(t *testing.T) {
 // its completions draining.
 func TestLimitSoftGraded(t *testing.T) {
 	t.Run("borrow then pace", func(t *testing.T) {
-		r := newLimRig(t, 1, verbs.OrderingStrict)
+		r := newLimRig(t, 1, verbs.OrderingOrdered)
 		lim := &verbs.LimitConfig{Burst: 2}
 		lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Soft: 2}
 		r.rqps[0].SetLimits(lim)
@@ -159,7 +159,7 @@ func TestLimitSoftGraded(t *testing.T) {
 		}
 	})
 	t.Run("escalate", func(t *testing.T) {
-		r := newLimRig(t, 1, verbs.OrderingStrict)
+		r := newLimRig(t, 1, verbs.OrderingOrdered)
 		lim := &verbs.LimitConfig{Burst: 0.5, EscalateAfter: 2, OnHard: verbs.HardDrop}
 		lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Soft: 1}
 		r.rqps[0].SetLimits(lim)
@@ -177,7 +177,7 @@ func TestLimitSoftGraded(t *testing.T) {
 
 // A SEND longer than the in-order segment limit is refused part way.
 func TestLimitInOrderSegments(t *testing.T) {
-	r := newLimRig(t, 1, verbs.OrderingStrict)
+	r := newLimRig(t, 1, verbs.OrderingOrdered)
 	lim := &verbs.LimitConfig{OnHard: verbs.HardDrop}
 	lim.Limits[verbs.LimitInOrderSegs] = verbs.Limit{Hard: 4}
 	r.rqps[0].SetLimits(lim)

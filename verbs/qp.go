@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"unsafe"
 
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/transport"
@@ -258,9 +257,10 @@ type Ordering int
 
 // Orderings.
 const (
-	// OrderingStrict is standard RC: packets are placed in order; a lost packet makes the
-	// requester go back and resend everything after it (go-back-N).
-	OrderingStrict Ordering = Ordering(transport.Ordered)
+	// OrderingOrdered (the zero value, the default) is standard RC: packets are placed in
+	// order; a lost packet makes the requester go back and resend everything after it
+	// (go-back-N).
+	OrderingOrdered Ordering = Ordering(transport.Ordered)
 	// OrderingWeak places every packet the moment it arrives (packets carry what is needed
 	// to place them, in manufacturer-specific opcodes), completes work requests in order
 	// when the holes before them close, and resends only lost packets (selective
@@ -323,7 +323,7 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 		Access: tpt.Access(attr.QPAccessFlags), PKeyIndex: attr.PKeyIndex, Port: attr.PortNum,
 		SQDNotify: attr.EnSQDAsyncNotify, Ordering: transport.Ordering(attr.Ordering), MaxHole: attr.MaxHole,
 	}
-	if attr.Ordering < OrderingStrict || attr.Ordering > OrderingWeak {
+	if attr.Ordering < OrderingOrdered || attr.Ordering > OrderingWeak {
 		ta.Ordering = 255
 	}
 	if attr.QPState < StateReset || attr.QPState > StateErr {
@@ -403,13 +403,10 @@ const (
 	SendInline    SendFlags = SendFlags(transport.FlagInline)    // copy the data at post time
 )
 
-// SGE is a scatter/gather element (ibv_sge): Length bytes at Addr (an IOVA) of the
-// region with LKey.
-type SGE struct {
-	Addr   uint64
-	Length uint32
-	LKey   uint32
-}
+// SGE is a scatter/gather element (ibv_sge): its fields say Length bytes at Addr (an IOVA)
+// of the region with LKey. It is the engine's own type (an alias), so a scatter/gather
+// list goes to the engine as it is, with no copy and no conversion.
+type SGE = transport.SGE
 
 // SendWR is a send work request (ibv_send_wr, with the rdma and atomic fields flattened).
 type SendWR struct {
@@ -450,10 +447,6 @@ func (e *PostError) Unwrap() error { return e.Err }
 // postChunk is how many work requests are converted per step (on the stack).
 const postChunk = 16
 
-func tsges(s []SGE) []transport.SGE {
-	return unsafe.Slice((*transport.SGE)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
-}
-
 // PostSend posts send work requests. A *PostError says which one was refused.
 func (q *QP) PostSend(wrs []SendWR) error {
 	var buf [postChunk]transport.SendWR
@@ -468,7 +461,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 				return &PostError{Index: done + i, Err: fmt.Errorf("%w: opcode %d", ErrInvalid, w.Opcode)}
 			}
 			buf[i] = transport.SendWR{
-				WRID: w.WRID, SG: tsges(w.SGList), Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
+				WRID: w.WRID, SG: w.SGList, Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
 				Imm: w.ImmData, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap,
 			}
 		}
@@ -500,7 +493,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	for done := 0; done < len(wrs); {
 		n := min(postChunk, len(wrs)-done)
 		for i := 0; i < n; i++ {
-			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: tsges(wrs[done+i].SGList)}
+			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: wrs[done+i].SGList}
 		}
 		posted, err := q.qp.PostRecv(buf[:n])
 		clear(buf[:n])

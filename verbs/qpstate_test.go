@@ -119,8 +119,8 @@ func TestQPLegalTransitions(t *testing.T) {
 			return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)).with(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 1 << 16 })
 		}, verbs.StateRTR, wantOrdering(verbs.OrderingWeak, 1<<16)},
 		{"INIT->RTR ordered, explicitly", verbs.StateInit, func(qp *verbs.QP) step {
-			return rtrStep(self(qp), l).with(verbs.QPAttrOrdering, 0, func(a *verbs.QPAttr) { a.Ordering = verbs.OrderingStrict })
-		}, verbs.StateRTR, wantOrdering(verbs.OrderingStrict, 0)},
+			return rtrStep(self(qp), l).with(verbs.QPAttrOrdering, 0, func(a *verbs.QPAttr) { a.Ordering = verbs.OrderingOrdered })
+		}, verbs.StateRTR, wantOrdering(verbs.OrderingOrdered, 0)},
 		{"INIT->RTR with optional access flags and P_Key index", verbs.StateInit, func(qp *verbs.QP) step {
 			return rtrStep(self(qp), l).with(verbs.QPAttrAccessFlags|verbs.QPAttrPKeyIndex, 0,
 				func(a *verbs.QPAttr) { a.QPAccessFlags = verbs.AccessRemoteRead })

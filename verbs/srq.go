@@ -127,7 +127,7 @@ func (s *SRQ) PostSRQRecv(wrs []RecvWR) error {
 	for done := 0; done < len(wrs); {
 		n := min(postChunk, len(wrs)-done)
 		for i := 0; i < n; i++ {
-			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: tsges(wrs[done+i].SGList)}
+			buf[i] = transport.RecvWR{WRID: wrs[done+i].WRID, SG: wrs[done+i].SGList}
 		}
 		posted, err := s.rq.Post(buf[:n])
 		clear(buf[:n])

@@ -76,7 +76,7 @@ func openSRQRigWith(t *testing.T, n, srqWR int, ordering verbs.Ordering, sender 
 // receive WQE of the SRQ, every completion names the QP it came from, and the data of each
 // QP is its own.
 func TestSRQManyQPs(t *testing.T) {
-	for _, ord := range []verbs.Ordering{verbs.OrderingStrict, verbs.OrderingWeak} {
+	for _, ord := range []verbs.Ordering{verbs.OrderingOrdered, verbs.OrderingWeak} {
 		t.Run(ord.String(), func(t *testing.T) {
 			const nqp, msgs = 16, 8
 			r := openSRQRig(t, nqp, nqp*msgs, ord)
@@ -130,7 +130,7 @@ func TestSRQManyQPs(t *testing.T) {
 // message leaves fewer WQEs posted than the limit, reported as 0 by QuerySRQ afterwards,
 // re-armable; and the attribute rules of ibv_modify_srq.
 func TestSRQLimit(t *testing.T) {
-	r := openSRQRig(t, 1, 8, verbs.OrderingStrict)
+	r := openSRQRig(t, 1, 8, verbs.OrderingOrdered)
 	if a := r.srq.QuerySRQ(); a.MaxWR != 8 || a.MaxSGE != 2 || a.SRQLimit != 0 {
 		t.Fatalf("query %+v", a)
 	}
@@ -219,7 +219,7 @@ func TestSRQLimit(t *testing.T) {
 // TestSRQErrors checks PostSRQRecv's bad-WR reporting, PostRecv on an SRQ QP, DestroySRQ
 // while QPs use it, and LAST_WQE_REACHED when such a QP enters the error state.
 func TestSRQErrors(t *testing.T) {
-	r := openSRQRig(t, 1, 4, verbs.OrderingStrict)
+	r := openSRQRig(t, 1, 4, verbs.OrderingOrdered)
 	rbuf := make([]byte, 256)
 	rmr, _ := r.pd[1].RegMR(rbuf, verbs.AccessLocalWrite)
 	wrs := []verbs.RecvWR{

@@ -41,14 +41,14 @@ func (c *opcodeCounter) filter(pkt []byte) netio.Verdict {
 // when the mode is weak, and a SEND, an RDMA WRITE, an RDMA READ and an atomic work in
 // every case.
 func TestOrderingNegotiation(t *testing.T) {
-	const strict, weak = verbs.OrderingStrict, verbs.OrderingWeak
+	const ordered, weak = verbs.OrderingOrdered, verbs.OrderingWeak
 	for _, c := range []struct {
 		offerA, offerB verbs.Ordering
 		want           verbs.Ordering
 	}{
-		{strict, strict, strict},
-		{weak, strict, strict},
-		{strict, weak, strict},
+		{ordered, ordered, ordered},
+		{weak, ordered, ordered},
+		{ordered, weak, ordered},
 		{weak, weak, weak},
 	} {
 		t.Run(fmt.Sprintf("A offers %v, B offers %v", c.offerA, c.offerB), func(t *testing.T) {
@@ -108,7 +108,7 @@ func TestOrderingNegotiation(t *testing.T) {
 			switch {
 			case c.want == weak && (weakA == 0 || weakB == 0):
 				t.Errorf("weak mode, but A sent %d and B %d weak-mode packets", weakA, weakB)
-			case c.want == strict && (weakA != 0 || weakB != 0):
+			case c.want == ordered && (weakA != 0 || weakB != 0):
 				t.Errorf("ordered mode, but A sent %d and B %d weak-mode packets", weakA, weakB)
 			}
 			if k := a.qp.Counters(); (k.SACKsReceived != 0) != (c.want == weak) {
@@ -125,13 +125,13 @@ func TestOrderingResetAndReconnect(t *testing.T) {
 	a, b := modePair(t, verbs.OrderingWeak)
 	src := mustReg(t, a.pd, pattern(3000, 310), 0)
 	dst := mustReg(t, b.pd, make([]byte, 3000), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	for round, mode := range []verbs.Ordering{verbs.OrderingWeak, verbs.OrderingStrict, verbs.OrderingWeak} {
+	for round, mode := range []verbs.Ordering{verbs.OrderingWeak, verbs.OrderingOrdered, verbs.OrderingWeak} {
 		if round > 0 {
 			settle(a.ctx, b.ctx)
 			for _, s := range []*side{a, b} {
 				mustModify(t, s.qp, toState(verbs.StateErr)(s.qp))
 				mustModify(t, s.qp, toState(verbs.StateReset)(s.qp))
-				if attr, _ := s.qp.QueryQP(); attr.Ordering != verbs.OrderingStrict || attr.MaxHole != 0 {
+				if attr, _ := s.qp.QueryQP(); attr.Ordering != verbs.OrderingOrdered || attr.MaxHole != 0 {
 					t.Fatalf("QueryQP in RESET: ordering %v, max hole %d", attr.Ordering, attr.MaxHole)
 				}
 			}
@@ -166,8 +166,8 @@ func TestOrderingResetAndReconnect(t *testing.T) {
 // (RETRY_EXC_ERR, the rest flushed).
 func TestOrderingMismatch(t *testing.T) {
 	for _, c := range []struct{ requester, responder verbs.Ordering }{
-		{verbs.OrderingWeak, verbs.OrderingStrict},
-		{verbs.OrderingStrict, verbs.OrderingWeak},
+		{verbs.OrderingWeak, verbs.OrderingOrdered},
+		{verbs.OrderingOrdered, verbs.OrderingWeak},
 	} {
 		t.Run(fmt.Sprintf("%v requester, %v responder", c.requester, c.responder), func(t *testing.T) {
 			ctxA := openDevice(t, ipA, verbs.DeviceConfig{})

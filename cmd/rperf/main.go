@@ -87,7 +87,7 @@ flags:
 	o.cfg.Timeout = uint8(timeout)
 	switch *ordering {
 	case "ordered", "strict":
-		o.cfg.Ordering = verbs.OrderingStrict
+		o.cfg.Ordering = verbs.OrderingOrdered
 	case "weak":
 		o.cfg.Ordering = verbs.OrderingWeak
 	default:
