@@ -2,63 +2,33 @@ package srqmgr
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/softrnic/softrnic/internal/testutil"
+	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// rig is n connections into one SRQ of the receiving device (verbstest.FanIn) and a
+// 64-byte source buffer on the sending device.
 type rig struct {
-	ctx  [2]*verbs.Context
-	pd   [2]*verbs.PD
-	cq   [2]*verbs.CQ
-	srq  *verbs.SRQ
-	rqps []*verbs.QP
-	sqps []*verbs.QP
-	src  *verbs.MR
+	*verbstest.FanIn
+	src *verbs.MR
 }
 
 func newRig(t *testing.T, n, srqWR int) *rig {
 	t.Helper()
-	r := &rig{}
-	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ctx.Close() })
-		r.ctx[i] = ctx
-		r.pd[i], _ = ctx.AllocPD()
-		r.cq[i], err = ctx.CreateCQ(8192, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	var err error
-	if r.srq, err = r.pd[1].CreateSRQ(&verbs.SRQInitAttr{MaxWR: srqWR, MaxSGE: 1}); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < n; i++ {
-		rq, err := r.pd[1].CreateQP(&verbs.QPInitAttr{SendCQ: r.cq[1], RecvCQ: r.cq[1], SRQ: r.srq, Cap: verbs.QPCap{MaxSendWR: 4}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sq, err := r.pd[0].CreateQP(&verbs.QPInitAttr{SendCQ: r.cq[0], RecvCQ: r.cq[0], Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o := verbs.ConnectOptions{Timeout: 14, RNRRetry: 7, MinRNRTimer: 1}
-		if err := sq.Connect(1, rq.Endpoint(2), o); err != nil {
-			t.Fatal(err)
-		}
-		if err := rq.Connect(2, sq.Endpoint(1), o); err != nil {
-			t.Fatal(err)
-		}
-		r.rqps, r.sqps = append(r.rqps, rq), append(r.sqps, sq)
-	}
-	r.src, _ = r.pd[0].RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	r := &rig{FanIn: verbstest.NewFanIn(t, verbstest.FanInConfig{
+		N:       n,
+		SRQ:     verbs.SRQInitAttr{MaxWR: srqWR, MaxSGE: 1},
+		CQE:     8192,
+		SendCap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1},
+		RecvCap: verbs.QPCap{MaxSendWR: 4},
+		Options: verbs.ConnectOptions{Timeout: 14, RNRRetry: 7, MinRNRTimer: 1},
+		PSN:     func(int) (uint32, uint32) { return 1, 2 },
+	})}
+	r.src = verbstest.MustReg(t, r.PD[0], make([]byte, 64), verbs.AccessLocalWrite)
 	return r
 }
 
@@ -69,7 +39,7 @@ func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
 	total := 0
 	for i, n := range k {
 		for j := 0; j < n; j++ {
-			if err := r.sqps[i].PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.src.SGE(0, 64)}}}); err != nil {
+			if err := r.SQPs[i].PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.src.SGE(0, 64)}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -78,7 +48,7 @@ func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
 	wc := make([]verbs.WorkCompletion, 64)
 	deadline := time.Now().Add(testutil.WaitLimit)
 	for got, sent := 0, 0; got < total || sent < total; {
-		if n := r.cq[1].PollCQ(wc); n > 0 {
+		if n := r.CQ[1].PollCQ(wc); n > 0 {
 			for _, e := range wc[:n] {
 				if e.Status != verbs.WCSuccess {
 					t.Fatalf("receive %+v", e)
@@ -92,7 +62,7 @@ func (r *rig) send(t *testing.T, m *Manager, k []int, keep ...bool) {
 			}
 			got += n
 		}
-		sent += r.cq[0].PollCQ(wc)
+		sent += r.CQ[0].PollCQ(wc)
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d received, %d sent", got, total, sent)
 		}
@@ -107,7 +77,7 @@ func TestTargetFollowsDemand(t *testing.T) {
 	r := newRig(t, n, 4096)
 	m := r.manager(t)
 	tickEveryInterval(m)
-	for _, qp := range r.rqps {
+	for _, qp := range r.RQPs {
 		m.Attach(qp)
 	}
 	if s := m.Stats(); s.Target != 8 || s.Posted != 8 {
@@ -147,18 +117,18 @@ func TestTargetFollowsDemand(t *testing.T) {
 // before its next tick.
 func TestLimitEventRefills(t *testing.T) {
 	r := newRig(t, 1, 1024)
-	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 16, Chunk: 16})
+	m, err := New(Config{SRQ: r.SRQ, PD: r.PD[1], BufSize: 64, Floor: 16, Chunk: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	m.Attach(r.rqps[0])
+	m.Attach(r.RQPs[0])
 	r.send(t, m, []int{13}, true) // 16 - 13 = 3 < 16/4 (buffers kept): the event fires
 	deadline := time.Now().Add(testutil.WaitLimit)
 	for {
-		ev, ok := r.ctx[1].TryGetAsyncEvent()
+		ev, ok := r.Ctx[1].TryGetAsyncEvent()
 		if ok {
-			r.ctx[1].AckAsyncEvent(ev)
+			r.Ctx[1].AckAsyncEvent(ev)
 			if m.HandleEvent(ev) {
 				break
 			}
@@ -184,7 +154,7 @@ func TestNormalQuantile(t *testing.T) {
 // Close stops Run and makes Buffer refuse everything.
 func TestBufferForeignWRIDAndCloseStopsRun(t *testing.T) {
 	r := newRig(t, 1, 64)
-	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 4})
+	m, err := New(Config{SRQ: r.SRQ, PD: r.PD[1], BufSize: 64, Floor: 8, Chunk: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +194,7 @@ func TestTargetCoversLateRefills(t *testing.T) {
 	m := r.manager(t)
 	clock, gap := time.Unix(0, 0), m.cfg.Interval
 	m.now = func() time.Time { clock = clock.Add(gap); return clock }
-	for _, qp := range r.rqps {
+	for _, qp := range r.RQPs {
 		m.Attach(qp)
 	}
 	run := func(per, ticks int) int {
@@ -252,13 +222,13 @@ func TestTargetCoversLateRefills(t *testing.T) {
 func TestResizesSRQ(t *testing.T) {
 	const n = 8
 	r := newRig(t, n, 64)
-	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5, MaxDepth: 4096})
+	m, err := New(Config{SRQ: r.SRQ, PD: r.PD[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5, MaxDepth: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	tickEveryInterval(m)
-	for _, qp := range r.rqps {
+	for _, qp := range r.RQPs {
 		m.Attach(qp)
 	}
 	step := r.stepper(t, m)
@@ -286,7 +256,7 @@ func tickEveryInterval(m *Manager) {
 // the rig and Ticks m, then returns m's stats.
 func (r *rig) stepper(t *testing.T, m *Manager) func(per, ticks int) Stats {
 	return func(per, ticks int) Stats {
-		k := make([]int, len(r.sqps))
+		k := make([]int, len(r.SQPs))
 		for i := range k {
 			k[i] = per
 		}
@@ -306,19 +276,19 @@ func TestStartConsume(t *testing.T) {
 	r := newRig(t, n, 4096)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m, err := Start(ctx, Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32})
+	m, err := Start(ctx, Config{SRQ: r.SRQ, PD: r.PD[1], BufSize: 64, Floor: 8, Chunk: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	for _, qp := range r.rqps {
+	for _, qp := range r.RQPs {
 		m.Attach(qp)
 	}
 	payload := []byte("sixty-four bytes at most, and these are the ones we send here!!")
 	copy(r.src.Buf(), payload)
 	for i := 0; i < n; i++ {
 		for j := 0; j < per; j++ {
-			if err := r.sqps[i].PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.src.SGE(0, len(payload))}}}); err != nil {
+			if err := r.SQPs[i].PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.src.SGE(0, len(payload))}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -327,7 +297,7 @@ func TestStartConsume(t *testing.T) {
 	got, sent, bad := 0, 0, 0
 	deadline := time.Now().Add(testutil.WaitLimit)
 	for got < n*per || sent < n*per {
-		k := r.cq[1].PollCQ(wc)
+		k := r.CQ[1].PollCQ(wc)
 		for i := range wc[:k] {
 			if !m.Consume(&wc[i], func(msg []byte) {
 				if string(msg) != string(payload) {
@@ -338,7 +308,7 @@ func TestStartConsume(t *testing.T) {
 			}
 		}
 		got += k
-		sent += r.cq[0].PollCQ(wc)
+		sent += r.CQ[0].PollCQ(wc)
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d received, %d sent", got, n*per, sent)
 		}
@@ -359,9 +329,9 @@ func TestPacedIntervalDoesNotRaiseDemand(t *testing.T) {
 		r := newRig(t, 1, 4096)
 		m := r.manager(t)
 		tickEveryInterval(m)
-		m.Attach(r.rqps[0])
+		m.Attach(r.RQPs[0])
 		var taken, refused uint64
-		m.conns[r.rqps[0]].demand = func() (uint64, uint64) { return taken, refused }
+		m.conns[r.RQPs[0]].demand = func() (uint64, uint64) { return taken, refused }
 		for i := 0; i < 8; i++ { // 2 WQEs per 10 ms interval: 200/s
 			taken += 2
 			m.Tick()
@@ -392,7 +362,7 @@ func TestPacedIntervalDoesNotRaiseDemand(t *testing.T) {
 // 32 and a fast-moving mean (Alpha 0.5), closed when the test ends.
 func (r *rig) manager(t *testing.T) *Manager {
 	t.Helper()
-	m, err := New(Config{SRQ: r.srq, PD: r.pd[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
+	m, err := New(Config{SRQ: r.SRQ, PD: r.PD[1], BufSize: 64, Floor: 8, Chunk: 32, Alpha: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,9 @@
 package verbs_test
 
 import (
-	"net/netip"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -15,36 +15,21 @@ type benchPair struct {
 	src, dst []byte
 }
 
+// newBenchPair connects two devices with one CQ per side (verbstest.NewPair, MTU 4096)
+// and registers a 1 MiB source buffer on the first and a destination on the second.
 func newBenchPair(b *testing.B) *benchPair {
 	b.Helper()
 	p := &benchPair{src: make([]byte, 1<<20), dst: make([]byte, 1<<20)}
-	bufs := [2][]byte{p.src, p.dst}
-	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { ctx.Close() })
-		pd, _ := ctx.AllocPD()
-		cq, err := ctx.CreateCQ(4096, nil, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		mr, err := pd.RegMR(bufs[i], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
-		if err != nil {
-			b.Fatal(err)
-		}
-		p.ctx[i], p.cq[i], p.qp[i], p.mr[i] = ctx, cq, qp, mr
-	}
-	if err := p.qp[0].Connect(1, p.qp[1].Endpoint(2), verbs.ConnectOptions{MTU: verbs.MTU4096}); err != nil {
-		b.Fatal(err)
-	}
-	if err := p.qp[1].Connect(2, p.qp[0].Endpoint(1), verbs.ConnectOptions{MTU: verbs.MTU4096}); err != nil {
-		b.Fatal(err)
+	x, y := verbstest.NewPair(b, verbstest.PairConfig{
+		Options: &verbs.ConnectOptions{MTU: verbs.MTU4096},
+		PSNA:    1, PSNB: 2,
+		Cap:      verbs.QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64},
+		CQE:      4096,
+		SharedCQ: true,
+	})
+	for i, s := range []*verbstest.Side{x, y} {
+		mr := verbstest.MustReg(b, s.PD, [2][]byte{p.src, p.dst}[i], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+		p.ctx[i], p.cq[i], p.qp[i], p.mr[i] = s.Ctx, s.SCQ, s.QP, mr
 	}
 	return p
 }

@@ -83,17 +83,17 @@ func testRemoteAccessErrors(t *testing.T, mode verbs.Ordering) {
 			}
 		}},
 		{name: "WRITE after remote write was revoked (RTS->RTS)", op: verbs.WRRDMAWrite, before: func(t *testing.T, b *side, mr *verbs.MR) {
-			mustModify(t, b.qp, step{verbs.QPAttr{QPState: verbs.StateRTS, QPAccessFlags: verbs.AccessRemoteRead}, verbs.QPAttrState | verbs.QPAttrAccessFlags})
+			mustModify(t, b.qp, step{Attr: verbs.QPAttr{QPState: verbs.StateRTS, QPAccessFlags: verbs.AccessRemoteRead}, Mask: verbs.QPAttrState | verbs.QPAttrAccessFlags})
 		}},
 		{name: "misaligned atomic", op: verbs.WRAtomicFetchAndAdd, aim: at(20), status: verbs.WCRemInvReqErr, event: verbs.EventQPReqErr},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			l := defaultLink().inMode(mode)
+			l := defaultLink().InMode(mode)
 			if c.qpAccess != 0 {
 				l.Access = c.qpAccess
 			}
-			a, b := newPair(t, pairConfig{link: l})
+			a, b := newPair(t, pairConfig{Link: l})
 			if c.mrAccess == 0 {
 				c.mrAccess = allAccess
 			}
@@ -273,9 +273,9 @@ func testRNR(t *testing.T, mode verbs.Ordering) {
 	for _, retry := range []uint8{0, 1, 3} {
 		t.Run(fmt.Sprintf("rnr_retry %d", retry), func(t *testing.T) {
 			// A long ACK timeout, so that no spurious retransmission draws an extra RNR NAK.
-			l := defaultLink().inMode(mode)
+			l := defaultLink().InMode(mode)
 			l.Timeout, l.RNRRetry = 16, retry
-			a, b := newPair(t, pairConfig{link: l})
+			a, b := newPair(t, pairConfig{Link: l})
 			src := mustReg(t, a.pd, pattern(100, 41), 0)
 			mustPostRecv(t, a.qp, verbs.RecvWR{WRID: 9})
 			mustPostSend(t, a.qp,
@@ -313,7 +313,7 @@ func TestRetryExceeded(t *testing.T) { forEachOrdering(t, testRetryExceeded) }
 func testRetryExceeded(t *testing.T, mode verbs.Ordering) {
 	for _, retry := range []uint8{0, 2} {
 		t.Run(fmt.Sprintf("retry_cnt %d", retry), func(t *testing.T) {
-			a, b := newPair(t, pairConfig{link: fastLink(retry, 7).inMode(mode)})
+			a, b := newPair(t, pairConfig{Link: fastLink(retry, 7).InMode(mode)})
 			local := mustReg(t, a.pd, pattern(8192, 50), verbs.AccessLocalWrite)
 			remote := mustReg(t, b.pd, make([]byte, 8192), allAccess)
 			mustPostRecv(t, a.qp, verbs.RecvWR{WRID: 100, SGList: sge(local, 0, 10)}, verbs.RecvWR{WRID: 101})
@@ -383,7 +383,7 @@ func TestReceiveTooSmall(t *testing.T) {
 // TestCQOverflow checks that more completions than a CQ holds raise IBV_EVENT_CQ_ERR for
 // that CQ.
 func TestCQOverflow(t *testing.T) {
-	a, b := newPair(t, pairConfig{cqe: 4})
+	a, b := newPair(t, pairConfig{CQE: 4})
 	src := mustReg(t, a.pd, pattern(10, 70), 0)
 	dst := mustReg(t, b.pd, make([]byte, 10), verbs.AccessLocalWrite)
 	if n := b.rcq.CQE(); n < 4 {
@@ -406,17 +406,14 @@ func TestCQOverflow(t *testing.T) {
 // TestCommEst checks IBV_EVENT_COMM_EST: the first packet arriving at a QP in RTR raises
 // it for that QP (and the QP receives the message); it is raised once.
 func TestCommEst(t *testing.T) {
-	ctxA := openDevice(t, ipA, verbs.DeviceConfig{})
-	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
-	a := newSide(t, ctxA, defaultCap, 64, false)
-	b := newSide(t, ctxB, defaultCap, 64, false)
+	a, b := newSides(t, pairConfig{CQE: 64})
 	connect(t, a.qp, 0x10, b.qp.Endpoint(0x20), defaultLink())
 	toRTR(t, b.qp, a.qp.Endpoint(0x10), defaultLink()) // B stays in RTR
 	src := mustReg(t, a.pd, pattern(2000, 80), 0)
 	dst := mustReg(t, b.pd, make([]byte, 2000), verbs.AccessLocalWrite)
 	mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst, 0, 2000)}, verbs.RecvWR{WRID: 2, SGList: sge(dst, 0, 2000)})
 	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(src, 0, 2000)})
-	ev := waitAsync(t, ctxB, verbs.EventCommEst)
+	ev := waitAsync(t, b.ctx, verbs.EventCommEst)
 	if ev.QP != b.qp {
 		t.Errorf("COMM_EST for QP %v, want the RTR QP", ev.QP)
 	}
@@ -430,12 +427,12 @@ func TestCommEst(t *testing.T) {
 	mustPostSend(t, a.qp, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(src, 0, 2000)})
 	wantSendWC(t, pollOne(t, a.scq), 2, verbs.WCSend, a.qp)
 	pollOne(t, b.rcq)
-	if ev, ok := ctxB.TryGetAsyncEvent(); ok {
-		ctxB.AckAsyncEvent(ev)
+	if ev, ok := b.ctx.TryGetAsyncEvent(); ok {
+		b.ctx.AckAsyncEvent(ev)
 		t.Errorf("unexpected second event %v (%s)", ev.Type, ev.Detail)
 	}
-	if ev, ok := ctxA.TryGetAsyncEvent(); ok {
-		ctxA.AckAsyncEvent(ev)
+	if ev, ok := a.ctx.TryGetAsyncEvent(); ok {
+		a.ctx.AckAsyncEvent(ev)
 		t.Errorf("unexpected event on the requester's device: %v (%s)", ev.Type, ev.Detail)
 	}
 }
@@ -447,7 +444,7 @@ func TestCommEst(t *testing.T) {
 // are not.
 func TestPostErrors(t *testing.T) {
 	cp := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
-	a, b := newPair(t, pairConfig{cap: cp})
+	a, b := newPair(t, pairConfig{Cap: cp})
 	local := mustReg(t, a.pd, pattern(4096, 90), verbs.AccessLocalWrite)
 	remote := mustReg(t, b.pd, make([]byte, 4096), allAccess)
 	write := func(id uint64) verbs.SendWR {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -21,30 +22,12 @@ type channelPair struct {
 
 func newChannelPair(t *testing.T) *channelPair {
 	t.Helper()
-	ctxA := openDevice(t, ipA, verbs.DeviceConfig{})
-	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
-	a := newSide(t, ctxA, defaultCap, 64, false)
-	ch, err := ctxB.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd, err := ctxB.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scq := mustCQ(t, ctxB, 64, nil)
-	rcq := mustCQ(t, ctxB, 64, ch)
-	if rcq.Channel() != ch {
+	x, y := verbstest.NewPair(t, verbstest.PairConfig{CQE: 64, ChannelB: true})
+	if y.RCQ.Channel() != y.Chan {
 		t.Errorf("CQ.Channel() is not the channel it was created with")
 	}
-	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, Cap: defaultCap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &side{ctx: ctxB, pd: pd, scq: scq, rcq: rcq, qp: qp}
-	connect(t, a.qp, 0x100, b.qp.Endpoint(0x200), defaultLink())
-	connect(t, b.qp, 0x200, a.qp.Endpoint(0x100), defaultLink())
-	p := &channelPair{a: a, b: b, ch: ch,
+	a, b := sideOf(x), sideOf(y)
+	p := &channelPair{a: a, b: b, ch: y.Chan,
 		src: mustReg(t, a.pd, pattern(64, 1), 0),
 		dst: mustReg(t, b.pd, make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)}
 	for i := 0; i < 32; i++ {

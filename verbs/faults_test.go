@@ -188,11 +188,11 @@ func TestPacketLoss(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var hits atomic.Int32
 			f := packetFilter(c.opcode, c.psn, c.act, &hits)
-			pc := pairConfig{link: retryLink(), psnA: psnA, psnB: 0x900}
+			pc := pairConfig{Link: retryLink(), PSNA: psnA, PSNB: 0x900}
 			if c.onB {
-				pc.devB = verbs.WithFilter(pc.devB, f)
+				pc.DevB = verbs.WithFilter(pc.DevB, f)
 			} else {
-				pc.devA = verbs.WithFilter(pc.devA, f)
+				pc.DevA = verbs.WithFilter(pc.DevA, f)
 			}
 			a, b := newPair(t, pc)
 			src := mustReg(t, a.pd, pattern(n, 101), verbs.AccessLocalWrite)
@@ -395,7 +395,7 @@ func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 		t.Skip("soak test skipped in -short mode")
 	}
 	start := time.Now()
-	l := retryLink().inMode(mode) // 33.6 ms ACK timeout
+	l := retryLink().InMode(mode) // 33.6 ms ACK timeout
 	if mode == verbs.OrderingWeak {
 		// Weak mode finds losses by SACK and its 4 ms loss probe; the ACK timeout is the
 		// last resort, and on a machine busy with other work a short one can run out of
@@ -410,9 +410,9 @@ func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 	}
 	fa, fb := faults, faults
 	fa.Seed, fb.Seed = 11, 12
-	pc := pairConfig{link: l, psnA: 0xFFFF00, psnB: 0xFFFFF0,
-		devA: verbs.DeviceConfig{Faults: &fa},
-		devB: verbs.DeviceConfig{Faults: &fb},
+	pc := pairConfig{Link: l, PSNA: 0xFFFF00, PSNB: 0xFFFFF0,
+		DevA: verbs.DeviceConfig{Faults: &fa},
+		DevB: verbs.DeviceConfig{Faults: &fb},
 	}
 	a, b := newPair(t, pc)
 	srcA := mustReg(t, a.pd, pattern(totalAB, 200), verbs.AccessLocalWrite)
@@ -552,9 +552,9 @@ func TestLongReadRecovery(t *testing.T) {
 	// after it (PSN 0x164) fits the window and goes out at once.
 	const psnA, n = 0x100, 100 << 10
 	var reqHits, respHits atomic.Int32
-	pc := pairConfig{link: retryLink(), psnA: psnA, psnB: 0x900}
-	pc.devA = verbs.WithFilter(pc.devA, packetFilter(wire.OpReadRequest, psnA+64, netio.Drop, &reqHits))
-	pc.devB = verbs.WithFilter(pc.devB, packetFilter(wire.OpReadResponseMiddle, psnA+5, netio.Drop, &respHits))
+	pc := pairConfig{Link: retryLink(), PSNA: psnA, PSNB: 0x900}
+	pc.DevA = verbs.WithFilter(pc.DevA, packetFilter(wire.OpReadRequest, psnA+64, netio.Drop, &reqHits))
+	pc.DevB = verbs.WithFilter(pc.DevB, packetFilter(wire.OpReadResponseMiddle, psnA+5, netio.Drop, &respHits))
 	a, b := newPair(t, pc)
 	back := mustReg(t, a.pd, make([]byte, n), verbs.AccessLocalWrite)
 	src := mustReg(t, a.pd, pattern(100, 110), 0)

@@ -54,10 +54,7 @@ func TestReadFloodVictimSurvives(t *testing.T) {
 // readFlood runs n victim ping-pongs, with or without the flood, and returns their round
 // trips and the flood's READ response packets per second.
 func readFlood(b testing.TB, n int, flood bool) ([]time.Duration, float64) {
-	ctxA := openDevice(b, ipA, verbs.DeviceConfig{})
-	ctxB := openDevice(b, ipB, verbs.DeviceConfig{})
-	v := newSide(b, ctxA, defaultCap, 1024, false)
-	w := newSide(b, ctxB, defaultCap, 1024, false)
+	v, w := newSides(b, pairConfig{CQE: 1024})
 	epV, epW := v.qp.Endpoint(verbs.RandomPSN()), w.qp.Endpoint(verbs.RandomPSN())
 	o := verbs.ConnectOptions{MTU: verbs.MTU4096}
 	if err := v.qp.Connect(epV.PSN, epW, o); err != nil {
@@ -74,7 +71,7 @@ func readFlood(b testing.TB, n int, flood bool) ([]time.Duration, float64) {
 	var stopFlood func()
 	var h *side
 	if flood {
-		h = newSide(b, ctxB, defaultCap, 64, false)
+		h = newSide(b, w.ctx, defaultCap, 64, false)
 		src := mustReg(b, h.pd, make([]byte, 64<<20), verbs.AccessRemoteRead)
 		uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.3:0")))
 		if err != nil {
@@ -98,7 +95,7 @@ func readFlood(b testing.TB, n int, flood bool) ([]time.Duration, float64) {
 			for {
 				sent := h.qp.Counters().TxPackets
 				for i := 0; i < 16; i++ {
-					sendReadRequest(b, uc, ctxB, h.qp, psn, src)
+					sendReadRequest(b, uc, w.ctx, h.qp, psn, src)
 					psn = (psn + npkts) & 0xFFFFFF
 				}
 				// The next 16 when these are answered (or the benchmark ends).

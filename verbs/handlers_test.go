@@ -77,7 +77,7 @@ func postRecvs(t *testing.T, b *side, mr *verbs.MR, n int) {
 // buffers and receives posted.
 func handlerPair(t *testing.T, handlers []verbs.HandlerConfig) (a, b *side, src, dst *verbs.MR) {
 	t.Helper()
-	a, b = newPair(t, pairConfig{devB: verbs.DeviceConfig{CompletionHandlers: handlers}})
+	a, b = newPair(t, pairConfig{DevB: verbs.DeviceConfig{CompletionHandlers: handlers}})
 	src = mustReg(t, a.pd, pattern(4096, 1), 0)
 	dst = mustReg(t, b.pd, make([]byte, 4096), verbs.AccessLocalWrite)
 	postRecvs(t, b, dst, 64)

@@ -22,20 +22,20 @@ func newLimRig(t *testing.T, nqp int, ord verbs.Ordering) *limRig {
 	t.Helper()
 	r := &limRig{srqRig: openSRQRig(t, nqp, 256, ord)}
 	rbuf := make([]byte, 256*16<<10)
-	rmr, _ := r.pd[1].RegMR(rbuf, verbs.AccessLocalWrite)
+	rmr, _ := r.PD[1].RegMR(rbuf, verbs.AccessLocalWrite)
 	for i := 0; i < 256; i++ {
-		if err := r.srq.PostSRQRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{rmr.SGE(i*16<<10, 16<<10)}}}); err != nil {
+		if err := r.SRQ.PostSRQRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{rmr.SGE(i*16<<10, 16<<10)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r.src, _ = r.pd[0].RegMR(make([]byte, 16<<10), verbs.AccessLocalWrite)
+	r.src, _ = r.PD[0].RegMR(make([]byte, 16<<10), verbs.AccessLocalWrite)
 	return r
 }
 
 func (r *limRig) sendOn(t *testing.T, i, n, size int) {
 	t.Helper()
 	for k := 0; k < n; k++ {
-		if err := r.sqps[i].PostSend([]verbs.SendWR{{WRID: uint64(k), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		if err := r.SQPs[i].PostSend([]verbs.SendWR{{WRID: uint64(k), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 			SGList: []verbs.SGE{r.src.SGE(0, size)}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func (r *limRig) waitUntilTrue(t *testing.T, what string, keep [2]*[]verbs.WorkC
 	for !cond() {
 		for i := 0; i < 2; i++ {
 			if keep[i] != nil {
-				n := r.cq[i].PollCQ(wc)
+				n := r.CQ[i].PollCQ(wc)
 				*keep[i] = append(*keep[i], wc[:n]...)
 			}
 		}
@@ -84,20 +84,20 @@ func TestLimitHardDrop(t *testing.T) {
 	r := newLimRig(t, 3, verbs.OrderingOrdered)
 	lim := &verbs.LimitConfig{OnHard: verbs.HardDrop}
 	lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Hard: 4}
-	r.rqps[0].SetLimits(lim)
+	r.RQPs[0].SetLimits(lim)
 	r.sendOn(t, 0, 6, 64)
 	var sender []verbs.WorkCompletion
 	r.waitUntilTrue(t, "the hostile sender's failure", [2]*[]verbs.WorkCompletion{&sender, nil}, func() bool { return len(sender) >= 6 })
 	if sender[4].Status != verbs.WCRemOpErr || sender[5].Status != verbs.WCWRFlushErr {
 		t.Fatalf("sender completions %v %v", sender[4].Status, sender[5].Status)
 	}
-	ev := waitEvent(t, r.ctx[1], verbs.EventQPFatal)
-	if ev.QP != r.rqps[0] || !strings.Contains(ev.Detail, "SRQ entries held") {
+	ev := waitEvent(t, r.Ctx[1], verbs.EventQPFatal)
+	if ev.QP != r.RQPs[0] || !strings.Contains(ev.Detail, "SRQ entries held") {
 		t.Fatalf("event %+v", ev)
 	}
-	ls := r.rqps[0].LimitStats()
-	if !ls.Dropped || ls.Decisions[verbs.DecideHardDrop] != 1 || ls.HardHits[verbs.LimitSRQHeld] != 1 || r.rqps[0].State() != verbs.StateErr {
-		t.Fatalf("limit stats %+v, state %v", ls, r.rqps[0].State())
+	ls := r.RQPs[0].LimitStats()
+	if !ls.Dropped || ls.Decisions[verbs.DecideHardDrop] != 1 || ls.HardHits[verbs.LimitSRQHeld] != 1 || r.RQPs[0].State() != verbs.StateErr {
+		t.Fatalf("limit stats %+v, state %v", ls, r.RQPs[0].State())
 	}
 	// The others are unaffected.
 	r.sendOn(t, 1, 5, 64)
@@ -118,17 +118,17 @@ func TestLimitHardRNR(t *testing.T) {
 	r := newLimRig(t, 1, verbs.OrderingOrdered)
 	lim := &verbs.LimitConfig{OnHard: verbs.HardRNR}
 	lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Hard: 2}
-	r.rqps[0].SetLimits(lim)
+	r.RQPs[0].SetLimits(lim)
 	r.sendOn(t, 0, 6, 64)
 	var sent, got []verbs.WorkCompletion
-	r.waitUntilTrue(t, "an RNR NAK", [2]*[]verbs.WorkCompletion{&sent, nil}, func() bool { return r.sqps[0].Counters().RNRNAKsReceived > 0 })
+	r.waitUntilTrue(t, "an RNR NAK", [2]*[]verbs.WorkCompletion{&sent, nil}, func() bool { return r.SQPs[0].Counters().RNRNAKsReceived > 0 })
 	r.waitUntilTrue(t, "every message", [2]*[]verbs.WorkCompletion{&sent, &got}, func() bool { return len(sent) >= 6 && len(got) >= 6 })
 	for _, wc := range append(sent, got...) {
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %+v", wc)
 		}
 	}
-	if ls := r.rqps[0].LimitStats(); ls.Decisions[verbs.DecideHardRNR] == 0 || ls.Dropped {
+	if ls := r.RQPs[0].LimitStats(); ls.Decisions[verbs.DecideHardRNR] == 0 || ls.Dropped {
 		t.Fatalf("limit stats %+v", ls)
 	}
 }
@@ -141,14 +141,14 @@ func TestLimitSoftGraded(t *testing.T) {
 		r := newLimRig(t, 1, verbs.OrderingOrdered)
 		lim := &verbs.LimitConfig{Burst: 2}
 		lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Soft: 2}
-		r.rqps[0].SetLimits(lim)
+		r.RQPs[0].SetLimits(lim)
 		r.sendOn(t, 0, 6, 64)
 		// Held goes 1, 2 (under the soft limit), 3 and 4 (borrowed from the burst of 2),
 		// then over its share: paced.
 		var sent, got []verbs.WorkCompletion
-		r.waitUntilTrue(t, "pacing", [2]*[]verbs.WorkCompletion{&sent, nil}, func() bool { return r.rqps[0].LimitStats().Decisions[verbs.DecidePace] > 0 })
+		r.waitUntilTrue(t, "pacing", [2]*[]verbs.WorkCompletion{&sent, nil}, func() bool { return r.RQPs[0].LimitStats().Decisions[verbs.DecidePace] > 0 })
 		r.waitUntilTrue(t, "every message once completions drain", [2]*[]verbs.WorkCompletion{&sent, &got}, func() bool { return len(sent) >= 6 })
-		ls := r.rqps[0].LimitStats()
+		ls := r.RQPs[0].LimitStats()
 		if ls.Decisions[verbs.DecideBorrow] != 2 || ls.SoftHits[verbs.LimitSRQHeld] < 3 || ls.Dropped {
 			t.Fatalf("limit stats %+v", ls)
 		}
@@ -162,13 +162,13 @@ func TestLimitSoftGraded(t *testing.T) {
 		r := newLimRig(t, 1, verbs.OrderingOrdered)
 		lim := &verbs.LimitConfig{Burst: 0.5, EscalateAfter: 2, OnHard: verbs.HardDrop}
 		lim.Limits[verbs.LimitSRQHeld] = verbs.Limit{Soft: 1}
-		r.rqps[0].SetLimits(lim)
+		r.RQPs[0].SetLimits(lim)
 		r.sendOn(t, 0, 4, 64) // nothing polls the receive side
 		var sent []verbs.WorkCompletion
 		r.waitUntilTrue(t, "the sender's failure", [2]*[]verbs.WorkCompletion{&sent, nil}, func() bool {
 			return len(sent) > 0 && sent[len(sent)-1].Status != verbs.WCSuccess
 		})
-		ls := r.rqps[0].LimitStats()
+		ls := r.RQPs[0].LimitStats()
 		if ls.Decisions[verbs.DecidePace] == 0 || ls.Decisions[verbs.DecideEscalate] != 1 || !ls.Dropped || !strings.Contains(ls.DropWhy, "escalated") {
 			t.Fatalf("limit stats %+v", ls)
 		}
@@ -180,11 +180,11 @@ func TestLimitInOrderSegments(t *testing.T) {
 	r := newLimRig(t, 1, verbs.OrderingOrdered)
 	lim := &verbs.LimitConfig{OnHard: verbs.HardDrop}
 	lim.Limits[verbs.LimitInOrderSegs] = verbs.Limit{Hard: 4}
-	r.rqps[0].SetLimits(lim)
+	r.RQPs[0].SetLimits(lim)
 	r.sendOn(t, 0, 1, 10<<10) // 10 packets at MTU 1024
 	var sent []verbs.WorkCompletion
 	r.waitUntilTrue(t, "the failure", [2]*[]verbs.WorkCompletion{&sent, nil}, func() bool { return len(sent) > 0 })
-	ls := r.rqps[0].LimitStats()
+	ls := r.RQPs[0].LimitStats()
 	if sent[0].Status != verbs.WCRemOpErr || ls.HardHits[verbs.LimitInOrderSegs] != 1 || ls.Peak[verbs.LimitInOrderSegs] != 5 {
 		t.Fatalf("completion %v, limit stats %+v", sent[0].Status, ls)
 	}
@@ -207,31 +207,31 @@ func TestLimitWeakHoleSpan(t *testing.T) {
 	}
 	r := openSRQRigWith(t, 1, 256, verbs.OrderingWeak, verbs.WithFilter(verbs.DeviceConfig{}, filter))
 	rbuf := make([]byte, 64*64)
-	rmr, _ := r.pd[1].RegMR(rbuf, verbs.AccessLocalWrite)
+	rmr, _ := r.PD[1].RegMR(rbuf, verbs.AccessLocalWrite)
 	for i := 0; i < 64; i++ {
-		r.srq.PostSRQRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{rmr.SGE(i*64, 64)}}})
+		r.SRQ.PostSRQRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{rmr.SGE(i*64, 64)}}})
 	}
 	lim := &verbs.LimitConfig{OnHard: verbs.HardRNR}
 	lim.Limits[verbs.LimitHoleSpan] = verbs.Limit{Soft: 2, Hard: 8}
-	r.rqps[0].SetLimits(lim)
-	src, _ := r.pd[0].RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	r.RQPs[0].SetLimits(lim)
+	src, _ := r.PD[0].RegMR(make([]byte, 64), verbs.AccessLocalWrite)
 	// One post: the 20 SENDs leave in one burst, so the lost one cannot be resent (by a
 	// loss probe, on a loaded machine) before the packets after it arrive.
 	wrs := make([]verbs.SendWR, 20)
 	for k := range wrs {
 		wrs[k] = verbs.SendWR{WRID: uint64(k), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(0, 64)}}
 	}
-	if err := r.sqps[0].PostSend(wrs); err != nil {
+	if err := r.SQPs[0].PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	sent := pollN(t, r.cq[0], 20)
-	got := pollN(t, r.cq[1], 20)
+	sent := pollN(t, r.CQ[0], 20)
+	got := pollN(t, r.CQ[1], 20)
 	for i := range sent {
 		if sent[i].Status != verbs.WCSuccess || got[i].Status != verbs.WCSuccess {
 			t.Fatalf("completions %+v %+v", sent[i], got[i])
 		}
 	}
-	ls := r.rqps[0].LimitStats()
+	ls := r.RQPs[0].LimitStats()
 	if !dropped || ls.Decisions[verbs.DecideHardRNR] == 0 || ls.SoftHits[verbs.LimitHoleSpan] == 0 || ls.Peak[verbs.LimitHoleSpan] < 9 {
 		t.Fatalf("dropped %v, limit stats %+v", dropped, ls)
 	}
@@ -241,9 +241,9 @@ func TestLimitWeakHoleSpan(t *testing.T) {
 // hole-span limit paces the packets beyond each hole (dropped, for the requester to send
 // again): every byte still arrives, and the QPs stay connected.
 func TestLimitSoftSpanPacesWritesEndToEnd(t *testing.T) {
-	pc := pairConfig{link: retryLink().inMode(verbs.OrderingWeak)}
-	pc.link.Timeout = 16
-	pc.devA = verbs.DeviceConfig{Faults: &verbs.Faults{Loss: 0.02, Seed: 5}}
+	pc := pairConfig{Link: retryLink().InMode(verbs.OrderingWeak)}
+	pc.Link.Timeout = 16
+	pc.DevA = verbs.DeviceConfig{Faults: &verbs.Faults{Loss: 0.02, Seed: 5}}
 	a, b := newPair(t, pc)
 	lc := &verbs.LimitConfig{Burst: 4}
 	lc.Limits[verbs.LimitHoleSpan] = verbs.Limit{Soft: 8}

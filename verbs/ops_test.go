@@ -275,9 +275,9 @@ func TestMessageSizes(t *testing.T) { forEachOrdering(t, testMessageSizes) }
 func testMessageSizes(t *testing.T, mode verbs.Ordering) {
 	for mtu := verbs.MTU256; mtu <= verbs.MTU4096; mtu++ {
 		t.Run(fmt.Sprint(mtu.Bytes()), func(t *testing.T) {
-			l := defaultLink().inMode(mode)
+			l := defaultLink().InMode(mode)
 			l.MTU = mtu
-			a, b := newPair(t, pairConfig{link: l})
+			a, b := newPair(t, pairConfig{Link: l})
 			m := mtu.Bytes()
 			sizes := []int{1, 255, 256, 257, m - 1, m, m + 1, 2*m + 3, 4096*3 + 1, 1 << 20}
 			const maxSize = 1 << 20
@@ -332,9 +332,9 @@ func TestLargeTransfer(t *testing.T) { forEachOrdering(t, testLargeTransfer) }
 
 func testLargeTransfer(t *testing.T, mode verbs.Ordering) {
 	const size = 64 << 20
-	l := defaultLink().inMode(mode)
+	l := defaultLink().InMode(mode)
 	l.MTU = verbs.MTU4096
-	a, b := newPair(t, pairConfig{link: l})
+	a, b := newPair(t, pairConfig{Link: l})
 	src := mustReg(t, a.pd, pattern(size, 7), verbs.AccessLocalWrite)
 	dst := mustReg(t, b.pd, make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
@@ -366,7 +366,7 @@ func TestGiBMessages(t *testing.T) {
 	t.Cleanup(debug.FreeOSMemory)
 	l := defaultLink()
 	l.MTU = verbs.MTU4096
-	a, b := newPair(t, pairConfig{link: l})
+	a, b := newPair(t, pairConfig{Link: l})
 	src := mustReg(t, a.pd, pattern(size, 70), verbs.AccessLocalWrite)
 	dst := mustReg(t, b.pd, make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
@@ -407,7 +407,7 @@ func TestPSNWrap(t *testing.T) { forEachOrdering(t, testPSNWrap) }
 func testPSNWrap(t *testing.T, mode verbs.Ordering) {
 	for _, psn := range []struct{ a, b uint32 }{{0xFFFFF0, 0xFFFFFA}, {0xFFFFFF, 0xFFFFFE}} {
 		t.Run(fmt.Sprintf("%#x,%#x", psn.a, psn.b), func(t *testing.T) {
-			a, b := newPair(t, pairConfig{link: defaultLink().inMode(mode), psnA: psn.a, psnB: psn.b})
+			a, b := newPair(t, pairConfig{Link: defaultLink().InMode(mode), PSNA: psn.a, PSNB: psn.b})
 			const n = 100 << 10 // 100 packets at MTU 1024
 			srcA := mustReg(t, a.pd, pattern(n, 8), verbs.AccessLocalWrite)
 			dstA := mustReg(t, a.pd, make([]byte, n), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
@@ -551,7 +551,7 @@ func TestInlineTooLarge(t *testing.T) { forEachOrdering(t, testInlineTooLarge) }
 func testInlineTooLarge(t *testing.T, mode verbs.Ordering) {
 	cp := defaultCap
 	cp.MaxInlineData = 64
-	a, b := newPair(t, pairConfig{link: defaultLink().inMode(mode), cap: cp})
+	a, b := newPair(t, pairConfig{Link: defaultLink().InMode(mode), Cap: cp})
 	src := mustReg(t, a.pd, pattern(128, 13), 0)
 	dst := mustReg(t, b.pd, make([]byte, 128), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	wr := func(id uint64, n int) verbs.SendWR {
@@ -581,7 +581,7 @@ func TestUnsignaled(t *testing.T) { forEachOrdering(t, testUnsignaled) }
 func testUnsignaled(t *testing.T, mode verbs.Ordering) {
 	for _, sigAll := range []bool{false, true} {
 		t.Run(fmt.Sprintf("SQSigAll=%v", sigAll), func(t *testing.T) {
-			a, b := newPair(t, pairConfig{link: defaultLink().inMode(mode), sigAll: sigAll})
+			a, b := newPair(t, pairConfig{Link: defaultLink().InMode(mode), SigAll: sigAll})
 			src := mustReg(t, a.pd, pattern(8192, 14), verbs.AccessLocalWrite)
 			dst := mustReg(t, b.pd, make([]byte, 8192), allAccess)
 			for i := 0; i < 40; i++ {

@@ -66,16 +66,7 @@ func stepTo(qp *verbs.QP, st verbs.QPState) step {
 	case verbs.StateRTS:
 		return rtsStep(0x400, defaultLink())
 	}
-	return step{verbs.QPAttr{QPState: st}, verbs.QPAttrState}
-}
-
-// with returns s with mask bits added (+) and removed (-) and attr changed by f.
-func (s step) with(add, remove verbs.QPAttrMask, f func(*verbs.QPAttr)) step {
-	s.mask = (s.mask | add) &^ remove
-	if f != nil {
-		f(&s.attr)
-	}
-	return s
+	return step{Attr: verbs.QPAttr{QPState: st}, Mask: verbs.QPAttrState}
 }
 
 // TestQPLegalTransitions checks that every transition the ibv_modify_qp state table
@@ -97,11 +88,11 @@ func TestQPLegalTransitions(t *testing.T) {
 			wantAccess(verbs.AccessRemoteRead)},
 		{"RESET->ERR", verbs.StateReset, toState(verbs.StateErr), verbs.StateErr, nil},
 		{"INIT->INIT", verbs.StateInit, func(*verbs.QP) step {
-			return step{verbs.QPAttr{QPState: verbs.StateInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-				verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrPKeyIndex | verbs.QPAttrAccessFlags}
+			return step{Attr: verbs.QPAttr{QPState: verbs.StateInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+				Mask: verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrPKeyIndex | verbs.QPAttrAccessFlags}
 		}, verbs.StateInit, wantAccess(verbs.AccessRemoteWrite)},
 		{"INIT->INIT without the state bit", verbs.StateInit, func(*verbs.QP) step {
-			return step{verbs.QPAttr{QPAccessFlags: verbs.AccessRemoteAtomic}, verbs.QPAttrAccessFlags}
+			return step{Attr: verbs.QPAttr{QPAccessFlags: verbs.AccessRemoteAtomic}, Mask: verbs.QPAttrAccessFlags}
 		}, verbs.StateInit, wantAccess(verbs.AccessRemoteAtomic)},
 		{"INIT->RTR", verbs.StateInit, func(qp *verbs.QP) step { return rtrStep(self(qp), l) }, verbs.StateRTR,
 			func(a verbs.QPAttr) error {
@@ -110,19 +101,19 @@ func TestQPLegalTransitions(t *testing.T) {
 				}
 				return nil
 			}},
-		{"INIT->RTR weak", verbs.StateInit, func(qp *verbs.QP) step { return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)) },
+		{"INIT->RTR weak", verbs.StateInit, func(qp *verbs.QP) step { return rtrStep(self(qp), l.InMode(verbs.OrderingWeak)) },
 			verbs.StateRTR, wantOrdering(verbs.OrderingWeak, transport.DefaultMaxHole)},
 		{"INIT->RTR weak with max hole 64", verbs.StateInit, func(qp *verbs.QP) step {
-			return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)).with(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 64 })
+			return rtrStep(self(qp), l.InMode(verbs.OrderingWeak)).With(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 64 })
 		}, verbs.StateRTR, wantOrdering(verbs.OrderingWeak, 64)},
 		{"INIT->RTR weak with max hole 65536", verbs.StateInit, func(qp *verbs.QP) step {
-			return rtrStep(self(qp), l.inMode(verbs.OrderingWeak)).with(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 1 << 16 })
+			return rtrStep(self(qp), l.InMode(verbs.OrderingWeak)).With(0, 0, func(a *verbs.QPAttr) { a.MaxHole = 1 << 16 })
 		}, verbs.StateRTR, wantOrdering(verbs.OrderingWeak, 1<<16)},
 		{"INIT->RTR ordered, explicitly", verbs.StateInit, func(qp *verbs.QP) step {
-			return rtrStep(self(qp), l).with(verbs.QPAttrOrdering, 0, func(a *verbs.QPAttr) { a.Ordering = verbs.OrderingOrdered })
+			return rtrStep(self(qp), l).With(verbs.QPAttrOrdering, 0, func(a *verbs.QPAttr) { a.Ordering = verbs.OrderingOrdered })
 		}, verbs.StateRTR, wantOrdering(verbs.OrderingOrdered, 0)},
 		{"INIT->RTR with optional access flags and P_Key index", verbs.StateInit, func(qp *verbs.QP) step {
-			return rtrStep(self(qp), l).with(verbs.QPAttrAccessFlags|verbs.QPAttrPKeyIndex, 0,
+			return rtrStep(self(qp), l).With(verbs.QPAttrAccessFlags|verbs.QPAttrPKeyIndex, 0,
 				func(a *verbs.QPAttr) { a.QPAccessFlags = verbs.AccessRemoteRead })
 		}, verbs.StateRTR, wantAccess(verbs.AccessRemoteRead)},
 		{"INIT->RESET", verbs.StateInit, toState(verbs.StateReset), verbs.StateReset, nil},
@@ -135,7 +126,7 @@ func TestQPLegalTransitions(t *testing.T) {
 				return nil
 			}},
 		{"RTR->RTS with optional cur_state, access flags and min RNR timer", verbs.StateRTR, func(*verbs.QP) step {
-			return rtsStep(0x77, l).with(verbs.QPAttrCurState|verbs.QPAttrAccessFlags|verbs.QPAttrMinRNRTimer, 0,
+			return rtsStep(0x77, l).With(verbs.QPAttrCurState|verbs.QPAttrAccessFlags|verbs.QPAttrMinRNRTimer, 0,
 				func(a *verbs.QPAttr) {
 					a.CurQPState, a.QPAccessFlags, a.MinRNRTimer = verbs.StateRTR, verbs.AccessRemoteWrite, 20
 				})
@@ -149,8 +140,8 @@ func TestQPLegalTransitions(t *testing.T) {
 		{"RTR->ERR", verbs.StateRTR, toState(verbs.StateErr), verbs.StateErr, nil},
 		{"RTS->RTS", verbs.StateRTS, toState(verbs.StateRTS), verbs.StateRTS, nil},
 		{"RTS->RTS with optional attributes", verbs.StateRTS, func(*verbs.QP) step {
-			return step{verbs.QPAttr{QPState: verbs.StateRTS, CurQPState: verbs.StateRTS, QPAccessFlags: verbs.AccessRemoteRead, MinRNRTimer: 3},
-				verbs.QPAttrState | verbs.QPAttrCurState | verbs.QPAttrAccessFlags | verbs.QPAttrMinRNRTimer}
+			return step{Attr: verbs.QPAttr{QPState: verbs.StateRTS, CurQPState: verbs.StateRTS, QPAccessFlags: verbs.AccessRemoteRead, MinRNRTimer: 3},
+				Mask: verbs.QPAttrState | verbs.QPAttrCurState | verbs.QPAttrAccessFlags | verbs.QPAttrMinRNRTimer}
 		}, verbs.StateRTS, func(a verbs.QPAttr) error {
 			if a.QPAccessFlags != verbs.AccessRemoteRead || a.MinRNRTimer != 3 {
 				return fmt.Errorf("access %#x, min RNR timer %d", a.QPAccessFlags, a.MinRNRTimer)
@@ -158,7 +149,7 @@ func TestQPLegalTransitions(t *testing.T) {
 			return nil
 		}},
 		{"RTS->RTS without the state bit", verbs.StateRTS, func(*verbs.QP) step {
-			return step{verbs.QPAttr{MinRNRTimer: 5}, verbs.QPAttrMinRNRTimer}
+			return step{Attr: verbs.QPAttr{MinRNRTimer: 5}, Mask: verbs.QPAttrMinRNRTimer}
 		}, verbs.StateRTS, func(a verbs.QPAttr) error {
 			if a.MinRNRTimer != 5 {
 				return fmt.Errorf("min RNR timer %d", a.MinRNRTimer)
@@ -167,17 +158,17 @@ func TestQPLegalTransitions(t *testing.T) {
 		}},
 		{"RTS->SQD", verbs.StateRTS, toState(verbs.StateSQD), verbs.StateSQD, nil},
 		{"RTS->SQD with SQD async notify", verbs.StateRTS, func(*verbs.QP) step {
-			return step{verbs.QPAttr{QPState: verbs.StateSQD, EnSQDAsyncNotify: true}, verbs.QPAttrState | verbs.QPAttrEnSQDAsyncNotify}
+			return step{Attr: verbs.QPAttr{QPState: verbs.StateSQD, EnSQDAsyncNotify: true}, Mask: verbs.QPAttrState | verbs.QPAttrEnSQDAsyncNotify}
 		}, verbs.StateSQD, nil},
 		{"RTS->RESET", verbs.StateRTS, toState(verbs.StateReset), verbs.StateReset, nil},
 		{"RTS->ERR", verbs.StateRTS, toState(verbs.StateErr), verbs.StateErr, nil},
 		{"SQD->RTS", verbs.StateSQD, toState(verbs.StateRTS), verbs.StateRTS, nil},
 		{"SQD->RTS with cur_state", verbs.StateSQD, func(*verbs.QP) step {
-			return step{verbs.QPAttr{QPState: verbs.StateRTS, CurQPState: verbs.StateSQD}, verbs.QPAttrState | verbs.QPAttrCurState}
+			return step{Attr: verbs.QPAttr{QPState: verbs.StateRTS, CurQPState: verbs.StateSQD}, Mask: verbs.QPAttrState | verbs.QPAttrCurState}
 		}, verbs.StateRTS, nil},
 		{"SQD->SQD with timeout and retry count", verbs.StateSQD, func(*verbs.QP) step {
-			return step{verbs.QPAttr{QPState: verbs.StateSQD, Timeout: 20, RetryCnt: 3},
-				verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt}
+			return step{Attr: verbs.QPAttr{QPState: verbs.StateSQD, Timeout: 20, RetryCnt: 3},
+				Mask: verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt}
 		}, verbs.StateSQD, func(a verbs.QPAttr) error {
 			if a.Timeout != 20 || a.RetryCnt != 3 {
 				return fmt.Errorf("timeout %d, retry count %d", a.Timeout, a.RetryCnt)
@@ -193,8 +184,8 @@ func TestQPLegalTransitions(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			qp := b.qp(t, c.from)
 			s := c.step(qp)
-			if err := s.modify(qp); err != nil {
-				t.Fatalf("ModifyQP(%v): %v", s.mask, err)
+			if err := s.Modify(qp); err != nil {
+				t.Fatalf("ModifyQP(%v): %v", s.Mask, err)
 			}
 			if qp.State() != c.want {
 				t.Errorf("State() = %v, want %v", qp.State(), c.want)
@@ -213,7 +204,7 @@ func TestQPLegalTransitions(t *testing.T) {
 }
 
 func toState(st verbs.QPState) func(*verbs.QP) step {
-	return func(*verbs.QP) step { return step{verbs.QPAttr{QPState: st}, verbs.QPAttrState} }
+	return func(*verbs.QP) step { return step{Attr: verbs.QPAttr{QPState: st}, Mask: verbs.QPAttrState} }
 }
 
 // wantOrdering checks the delivery mode and max hole QueryQP reports.
@@ -293,7 +284,7 @@ func TestQPInvalidModify(t *testing.T) {
 			bit := verbs.QPAttrMask(1) << bits.TrailingZeros32(uint32(m))
 			stepFn := c.step
 			cases = append(cases, invalidModify{fmt.Sprintf("%v->%v without %v", c.from, c.to, bit), c.from,
-				func(qp *verbs.QP) step { return stepFn(qp).with(0, bit, nil) }})
+				func(qp *verbs.QP) step { return stepFn(qp).With(0, bit, nil) }})
 		}
 	}
 
@@ -327,13 +318,13 @@ func TestQPInvalidModify(t *testing.T) {
 		for _, bit := range e.bits {
 			stepFn := e.step
 			cases = append(cases, invalidModify{fmt.Sprintf("%v->%v with %v", e.from, e.to, bit), e.from,
-				func(qp *verbs.QP) step { return stepFn(qp).with(bit, 0, nil) }})
+				func(qp *verbs.QP) step { return stepFn(qp).With(bit, 0, nil) }})
 		}
 	}
 
 	// Values out of range.
 	bad := func(name string, from verbs.QPState, base func(*verbs.QP) step, f func(*verbs.QPAttr)) {
-		cases = append(cases, invalidModify{name, from, func(qp *verbs.QP) step { return base(qp).with(0, 0, f) }})
+		cases = append(cases, invalidModify{name, from, func(qp *verbs.QP) step { return base(qp).With(0, 0, f) }})
 	}
 	bad("port_num 2", verbs.StateReset, init, func(a *verbs.QPAttr) { a.PortNum = 2 })
 	bad("port_num 0", verbs.StateReset, init, func(a *verbs.QPAttr) { a.PortNum = 0 })
@@ -354,7 +345,7 @@ func TestQPInvalidModify(t *testing.T) {
 	bad("sq_psn 2^24", verbs.StateRTR, rts, func(a *verbs.QPAttr) { a.SQPSN = 1 << 24 })
 	// The delivery mode (QPAttrOrdering, on INIT->RTR): ordered (0) or weak (1), and a
 	// max hole of 0 (the default) or 64..65536 PSNs, in either mode.
-	withOrdering := func(qp *verbs.QP) step { return rtr(qp).with(verbs.QPAttrOrdering, 0, nil) }
+	withOrdering := func(qp *verbs.QP) step { return rtr(qp).With(verbs.QPAttrOrdering, 0, nil) }
 	bad("ordering 7", verbs.StateInit, withOrdering, func(a *verbs.QPAttr) { a.Ordering = 7 })
 	bad("ordering 2", verbs.StateInit, withOrdering, func(a *verbs.QPAttr) { a.Ordering = 2 })
 	bad("ordering -1", verbs.StateInit, withOrdering, func(a *verbs.QPAttr) { a.Ordering = -1 })
@@ -367,7 +358,7 @@ func TestQPInvalidModify(t *testing.T) {
 	}
 	curState := func(from, claimed verbs.QPState, base func(*verbs.QP) step) {
 		bad(fmt.Sprintf("%v with cur_state %v", from, claimed), from, func(qp *verbs.QP) step {
-			return base(qp).with(verbs.QPAttrCurState, 0, func(a *verbs.QPAttr) { a.CurQPState = claimed })
+			return base(qp).With(verbs.QPAttrCurState, 0, func(a *verbs.QPAttr) { a.CurQPState = claimed })
 		}, nil)
 	}
 	curState(verbs.StateRTR, verbs.StateInit, rts)
@@ -379,9 +370,9 @@ func TestQPInvalidModify(t *testing.T) {
 			qp := b.qp(t, c.from)
 			before, _ := qp.QueryQP()
 			s := c.step(qp)
-			err := s.modify(qp)
+			err := s.Modify(qp)
 			if err == nil {
-				t.Fatalf("ModifyQP(%v -> %v, %v) succeeded", c.from, s.attr.QPState, s.mask)
+				t.Fatalf("ModifyQP(%v -> %v, %v) succeeded", c.from, s.Attr.QPState, s.Mask)
 			}
 			if !errors.Is(err, verbs.ErrInvalid) {
 				t.Errorf("ModifyQP error %v does not wrap ErrInvalid", err)
@@ -438,7 +429,7 @@ func TestQueryQP(t *testing.T) {
 	}
 
 	// RESET forgets the connection.
-	mustModify(t, a.qp, step{verbs.QPAttr{QPState: verbs.StateReset}, verbs.QPAttrState})
+	mustModify(t, a.qp, step{Attr: verbs.QPAttr{QPState: verbs.StateReset}, Mask: verbs.QPAttrState})
 	got, _ = a.qp.QueryQP()
 	if want := (verbs.QPAttr{QPState: verbs.StateReset, CurQPState: verbs.StateReset, Cap: cp}); got != want {
 		t.Errorf("QueryQP after RESET:\n got %+v\nwant %+v", got, want)
@@ -467,10 +458,7 @@ func TestQueryQP(t *testing.T) {
 // fails in RESET, INIT and RTR), ibv_post_recv fails in RESET but works from INIT on,
 // and receives posted before the connection is up are used once it is.
 func TestPostStateRules(t *testing.T) {
-	ctxA := openDevice(t, ipA, verbs.DeviceConfig{})
-	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
-	a := newSide(t, ctxA, defaultCap, 64, false)
-	b := newSide(t, ctxB, defaultCap, 64, false)
+	a, b := newSides(t, pairConfig{CQE: 64})
 	l := defaultLink()
 	srcA := mustReg(t, a.pd, []byte("0123456789"), 0)
 	dstB := mustReg(t, b.pd, make([]byte, 64), verbs.AccessLocalWrite)
@@ -518,7 +506,7 @@ func TestSQD(t *testing.T) {
 	a, b := defaultPair(t)
 	src := mustReg(t, a.pd, pattern(5000, 1), 0)
 	dst := mustReg(t, b.pd, make([]byte, 5000), verbs.AccessLocalWrite)
-	mustModify(t, a.qp, step{verbs.QPAttr{QPState: verbs.StateSQD, EnSQDAsyncNotify: true}, verbs.QPAttrState | verbs.QPAttrEnSQDAsyncNotify})
+	mustModify(t, a.qp, step{Attr: verbs.QPAttr{QPState: verbs.StateSQD, EnSQDAsyncNotify: true}, Mask: verbs.QPAttrState | verbs.QPAttrEnSQDAsyncNotify})
 	ev := waitAsync(t, a.ctx, verbs.EventSQDrained)
 	if ev.QP != a.qp {
 		t.Errorf("SQ drained event for QP %v, want %v", ev.QP, a.qp)
@@ -576,11 +564,11 @@ func TestQPReuseAfterReset(t *testing.T) {
 // acknowledging them: the traffic is not disturbed.
 func TestModifyAVWhileResponding(t *testing.T) {
 	a, b := defaultPair(t)
-	mustModify(t, b.qp, step{verbs.QPAttr{QPState: verbs.StateSQD}, verbs.QPAttrState})
+	mustModify(t, b.qp, step{Attr: verbs.QPAttr{QPState: verbs.StateSQD}, Mask: verbs.QPAttrState})
 	const n, rounds = 64 << 10, 200
 	src := mustReg(t, a.pd, pattern(n, 120), 0)
 	dst := mustReg(t, b.pd, make([]byte, n), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	av := rtrStep(a.qp.Endpoint(0), defaultLink()).attr.AHAttr
+	av := rtrStep(a.qp.Endpoint(0), defaultLink()).Attr.AHAttr
 	var stop atomic.Bool
 	done := make(chan error, 1)
 	go func() {

@@ -46,7 +46,7 @@ func sendRaw(t testing.TB, uc *net.UDPConn, dev *verbs.Context, pkt []byte) {
 // the peer's IP address but another port — with the right QP number, PSN and ICRC — is
 // dropped and counted (WrongSource), and the peer's own SEND then takes the receive.
 func TestSourcePortChecked(t *testing.T) {
-	a, b := newPair(t, pairConfig{psnA: 0x100, psnB: 0x200})
+	a, b := newPair(t, pairConfig{PSNA: 0x100, PSNB: 0x200})
 	dst := mustReg(t, a.pd, make([]byte, 64), verbs.AccessLocalWrite)
 	mustPostRecv(t, a.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst, 0, 64)})
 	forgedSend(t, netip.AddrPortFrom(b.ctx.Addr().Addr(), 0), a.ctx, a.qp, 0x200, []byte("forged"))
@@ -71,10 +71,7 @@ func TestSourcePortChecked(t *testing.T) {
 // ConnectOptions can ask for 0 where 0 means something (ZeroFields): no RNR retries makes
 // the first RNR NAK fail the SEND, and QueryQP reports the zeros as given.
 func TestConnectOptionsZero(t *testing.T) {
-	ctxA := openDevice(t, ipA, verbs.DeviceConfig{})
-	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
-	a := newSide(t, ctxA, defaultCap, 64, false)
-	b := newSide(t, ctxB, defaultCap, 64, false)
+	a, b := newSides(t, pairConfig{CQE: 64})
 	epA, epB := a.qp.Endpoint(verbs.RandomPSN()), b.qp.Endpoint(verbs.RandomPSN())
 	o := verbs.ConnectOptions{MinRNRTimer: 1, Zero: verbs.ZeroTimeout | verbs.ZeroRNRRetry | verbs.ZeroRetryCnt}
 	if err := a.qp.Connect(epA.PSN, epB, o); err != nil {

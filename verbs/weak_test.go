@@ -53,10 +53,9 @@ func TestOrderingNegotiation(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("A offers %v, B offers %v", c.offerA, c.offerB), func(t *testing.T) {
 			var ca, cb opcodeCounter
-			ctxA := openDevice(t, ipA, verbs.WithFilter(verbs.DeviceConfig{}, ca.filter))
-			ctxB := openDevice(t, ipB, verbs.WithFilter(verbs.DeviceConfig{}, cb.filter))
-			a := newSide(t, ctxA, defaultCap, 64, false)
-			b := newSide(t, ctxB, defaultCap, 64, false)
+			a, b := newSides(t, pairConfig{CQE: 64,
+				DevA: verbs.WithFilter(verbs.DeviceConfig{}, ca.filter),
+				DevB: verbs.WithFilter(verbs.DeviceConfig{}, cb.filter)})
 			epA, epB := a.qp.Endpoint(0x10), b.qp.Endpoint(0x20)
 			epA.Ordering, epB.Ordering = c.offerA, c.offerB
 			if err := a.qp.Connect(0x10, epB, verbs.ConnectOptions{Ordering: c.offerA, MaxHole: 256}); err != nil {
@@ -96,7 +95,7 @@ func TestOrderingNegotiation(t *testing.T) {
 			if wc := pollOne(t, b.rcq); wc.WRID != 1 || wc.Status != verbs.WCSuccess || wc.ByteLen != 5000 {
 				t.Errorf("receive completion %+v", wc)
 			}
-			settle(ctxA, ctxB)
+			settle(a.ctx, b.ctx)
 			checkBytes(t, "SEND", rbuf.Buf(), src.Buf())
 			checkBytes(t, "WRITE", dst.Buf(), src.Buf())
 			checkBytes(t, "READ", back.Buf()[:5000], src.Buf())
@@ -136,7 +135,7 @@ func TestOrderingResetAndReconnect(t *testing.T) {
 				}
 			}
 			psnA, psnB := uint32(0x1000*round), uint32(0x2000*round)
-			l := defaultLink().inMode(mode)
+			l := defaultLink().InMode(mode)
 			connect(t, a.qp, psnA, b.qp.Endpoint(psnB), l)
 			connect(t, b.qp, psnB, a.qp.Endpoint(psnA), l)
 		}
@@ -170,12 +169,9 @@ func TestOrderingMismatch(t *testing.T) {
 		{verbs.OrderingOrdered, verbs.OrderingWeak},
 	} {
 		t.Run(fmt.Sprintf("%v requester, %v responder", c.requester, c.responder), func(t *testing.T) {
-			ctxA := openDevice(t, ipA, verbs.DeviceConfig{})
-			ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
-			a := newSide(t, ctxA, defaultCap, 64, false)
-			b := newSide(t, ctxB, defaultCap, 64, false)
-			connect(t, a.qp, 0x10, b.qp.Endpoint(0x20), fastLink(1, 7).inMode(c.requester))
-			connect(t, b.qp, 0x20, a.qp.Endpoint(0x10), fastLink(1, 7).inMode(c.responder))
+			a, b := newSides(t, pairConfig{CQE: 64})
+			connect(t, a.qp, 0x10, b.qp.Endpoint(0x20), fastLink(1, 7).InMode(c.requester))
+			connect(t, b.qp, 0x20, a.qp.Endpoint(0x10), fastLink(1, 7).InMode(c.responder))
 			src := mustReg(t, a.pd, pattern(3000, 330), 0)
 			dst := mustReg(t, b.pd, make([]byte, 3000), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			rbuf := mustReg(t, b.pd, make([]byte, 3000), verbs.AccessLocalWrite)
@@ -194,7 +190,7 @@ func TestOrderingMismatch(t *testing.T) {
 				t.Errorf("responder counters %+v: want every packet it received counted as WrongMode", k)
 			}
 			expectEmpty(t, b.rcq, "responder's receive CQ")
-			settle(ctxB)
+			settle(b.ctx)
 			checkBytes(t, "WRITE target", dst.Buf(), make([]byte, 3000))
 			checkBytes(t, "receive buffer", rbuf.Buf(), make([]byte, 3000))
 		})
@@ -209,13 +205,13 @@ func TestRNRRetryRounds(t *testing.T) {
 	forEachOrdering(t, func(t *testing.T, mode verbs.Ordering) {
 		const psnA = 0x100
 		var sent atomic.Int32 // transmissions of the SEND's first packet
-		pc := pairConfig{psnA: psnA, psnB: 0x200}
-		pc.link = defaultLink().inMode(mode)
-		pc.link.Timeout, pc.link.RNRRetry = 16, 3 // no ACK timeout gets in the way
+		pc := pairConfig{PSNA: psnA, PSNB: 0x200}
+		pc.Link = defaultLink().InMode(mode)
+		pc.Link.Timeout, pc.Link.RNRRetry = 16, 3 // no ACK timeout gets in the way
 		// Nor a loss probe: on a busy machine the RNR NAK may come after the 4 ms probe,
 		// which would send the first packet once more.
-		pc.devA.LossProbe = -1
-		pc.devA = verbs.WithFilter(pc.devA, func(pkt []byte) netio.Verdict {
+		pc.DevA.LossProbe = -1
+		pc.DevA = verbs.WithFilter(pc.DevA, func(pkt []byte) netio.Verdict {
 			var p wire.Packet
 			if p.Decode(pkt) == nil && p.Info.Flags&wire.IsSend != 0 && p.BTH.PSN == psnA {
 				sent.Add(1)
@@ -327,13 +323,13 @@ func TestWeakPacketLoss(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var hits atomic.Int32
 			f := packetFilter(c.opcode, c.psn, c.act, &hits)
-			l := retryLink().inMode(verbs.OrderingWeak)
+			l := retryLink().InMode(verbs.OrderingWeak)
 			l.Timeout = 16 // loss is found by SACK or the loss probe; the timeout is the last resort
-			pc := pairConfig{link: l, psnA: psnA, psnB: 0x900}
+			pc := pairConfig{Link: l, PSNA: psnA, PSNB: 0x900}
 			if c.onB {
-				pc.devB = verbs.WithFilter(pc.devB, f)
+				pc.DevB = verbs.WithFilter(pc.DevB, f)
 			} else {
-				pc.devA = verbs.WithFilter(pc.devA, f)
+				pc.DevA = verbs.WithFilter(pc.DevA, f)
 			}
 			a, b := newPair(t, pc)
 			src := mustReg(t, a.pd, pattern(n, 401), verbs.AccessLocalWrite)
@@ -420,10 +416,7 @@ func TestWeakPacketLoss(t *testing.T) {
 func TestWeakHoleSpanAgreed(t *testing.T) {
 	var hits atomic.Int32
 	devA := verbs.WithFilter(verbs.DeviceConfig{}, packetFilter(wire.OpWeakWrite, 0x100, netio.Drop, &hits))
-	ctxA := openDevice(t, ipA, devA)
-	ctxB := openDevice(t, ipB, verbs.DeviceConfig{})
-	a := newSide(t, ctxA, defaultCap, 64, false)
-	b := newSide(t, ctxB, defaultCap, 64, false)
+	a, b := newSides(t, pairConfig{CQE: 64, DevA: devA})
 	epA, epB := a.qp.Endpoint(0x100), b.qp.Endpoint(0x200)
 	epA.Ordering, epB.Ordering = verbs.OrderingWeak, verbs.OrderingWeak
 	epA.MaxHole, epB.MaxHole = 1024, 64
@@ -444,7 +437,7 @@ func TestWeakHoleSpanAgreed(t *testing.T) {
 	mustPostSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 		SGList: sge(src, 0, n), RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 	wantSendWC(t, pollOne(t, a.scq), 1, verbs.WCRDMAWrite, a.qp)
-	settle(ctxB)
+	settle(b.ctx)
 	checkBytes(t, "WRITE", dst.Buf(), src.Buf())
 	if hits.Load() != 1 {
 		t.Fatal("the first packet was not lost")
