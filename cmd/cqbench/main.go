@@ -110,8 +110,8 @@ func main() {
 		idle50, idle99 = append(idle50, r.Idle.P50), append(idle99, r.Idle.P99)
 		fl50, fl99 = append(fl50, r.Flooded.P50), append(fl99, r.Flooded.P99)
 		flood = append(flood, r.FloodPerSecond)
-		fmt.Fprintf(os.Stderr, "isolation round %d: idle p50 %v p99 %v (n=%d); flooded p50 %v p99 %v (n=%d), flood %.0f/s\n",
-			round+1, r.Idle.P50, r.Idle.P99, r.Idle.Count, r.Flooded.P50, r.Flooded.P99, r.Flooded.Count, r.FloodPerSecond)
+		fmt.Fprintf(os.Stderr, "isolation round %d: idle p50 %v p99 %v (n=%d); flooded p50 %v p99 %v (n=%d), flood %.0f/s, pings skipped %d\n",
+			round+1, r.Idle.P50, r.Idle.P99, r.Idle.Count, r.Flooded.P50, r.Flooded.P99, r.Flooded.Count, r.FloodPerSecond, r.PingsSkipped)
 	}
 	fmt.Println("| ping handler (priority 1) | notification latency p50 | p99 | flood on handler 0 |")
 	fmt.Println("|---|---|---|---|")
