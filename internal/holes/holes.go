@@ -345,7 +345,7 @@ func (t *Tracker) Check() error {
 			next = t.holes[i+1].Start
 		}
 		for _, it := range t.items {
-			if it.PSN.Diff(h.End) >= 0 && it.PSN.Diff(next) < 0 {
+			if it.PSN.InWindow(h.End, uint32(next.Diff(h.End))) {
 				want[it.Kind]++
 			}
 		}

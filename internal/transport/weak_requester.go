@@ -16,7 +16,7 @@ func (ws *weakState) readSeqOK(seq wire.PSN, max uint8) bool {
 
 // readSeqDone records that read sequence number seq completed.
 func (ws *weakState) readSeqDone(seq wire.PSN) {
-	if d := seq.Diff(ws.rdBase); d < 0 || d >= int32(len(ws.rdDone)) {
+	if !seq.InWindow(ws.rdBase, uint32(len(ws.rdDone))) {
 		return
 	}
 	ws.rdDone[uint32(seq)%uint32(len(ws.rdDone))] = true

@@ -137,7 +137,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 			k := uint32(o.Seq.Diff(ws.rsnBase))
 			bound := false
 			switch {
-			case o.Seq.Diff(ws.rsnBase) < 0 || k >= ws.span:
+			case !o.Seq.InWindow(ws.rsnBase, ws.span):
 			case q.srq:
 				if bound = q.rq.pop(&msg.wqe); bound {
 					q.srqTaken++
