@@ -6,8 +6,16 @@ import (
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
+// completer is the QP's role that handles what comes back for its requests: ACKs, NAKs
+// (go-back or fail), READ responses and atomic ACKs, and completes send WQEs in order.
+// Its state is the requester's PSN window (requester.una) and the send queue.
+type completer struct {
+	q *QP
+}
+
 // handleResponse processes an ACK, NAK, READ response or atomic ACK (q.mu and rxMu held).
-func (q *QP) handleResponse(p *wire.Packet) {
+func (c *completer) handleResponse(p *wire.Packet) {
+	q := c.q
 	r := &q.req
 	psn := p.BTH.PSN
 	// A response can only be for a PSN that was sent.
@@ -19,20 +27,22 @@ func (q *QP) handleResponse(p *wire.Packet) {
 }
 
 // orderedResponse is the ordered completer's dispatch.
-func (q *QP) orderedResponse(p *wire.Packet) {
+func (c *completer) orderedResponse(p *wire.Packet) {
+	q := c.q
 	switch p.BTH.Opcode {
 	case wire.OpAcknowledge:
-		q.handleAck(p)
+		c.handleAck(p)
 	case wire.OpAtomicAcknowledge:
-		q.handleAtomicAck(p)
+		c.handleAtomicAck(p)
 	case wire.OpWeakAck:
 		q.stats.WrongMode++
 	default:
-		q.handleReadResponse(p)
+		c.handleReadResponse(p)
 	}
 }
 
-func (q *QP) handleAck(p *wire.Packet) {
+func (c *completer) handleAck(p *wire.Packet) {
+	q := c.q
 	r := &q.req
 	psn := p.BTH.PSN
 	syn := p.AETH.Syndrome
@@ -42,17 +52,17 @@ func (q *QP) handleAck(p *wire.Packet) {
 	}
 	switch wire.AETHKind(syn) {
 	case wire.AETHAck:
-		q.ackUpTo(psn)
+		c.ackUpTo(psn)
 	case wire.AETHRNR:
 		q.stats.RNRNAKsRecv++
-		q.ackUpTo(psn.Add(wire.PSNMask))
+		c.ackUpTo(psn.Add(wire.PSNMask))
 		if q.state != StateRTS && q.state != StateSQD {
 			return
 		}
 		q.startRNRWait(r.una, syn) // psn, unless READ responses before it are missing
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
-		q.ackUpTo(psn.Add(wire.PSNMask))
+		c.ackUpTo(psn.Add(wire.PSNMask))
 		if q.state != StateRTS && q.state != StateSQD {
 			return
 		}
@@ -67,11 +77,11 @@ func (q *QP) handleAck(p *wire.Packet) {
 				r.retryLeft--
 			}
 			r.nakRepeat, r.lastNakPSN = true, psn
-			q.rewind(r.una) // psn, unless READ responses before it are missing
+			q.req.rewind(r.una) // psn, unless READ responses before it are missing
 			q.dev.queueKick(q)
 			return
 		}
-		q.fatalNAK(code)
+		c.fatalNAK(code)
 	default:
 		q.stats.Dropped++
 	}
@@ -80,7 +90,8 @@ func (q *QP) handleAck(p *wire.Packet) {
 // fatalNAK fails the QP for a NAK other than a PSN sequence error, in either mode: the
 // status says which (invalid request, remote access or remote operational error) and the
 // vendor error carries the NAK code.
-func (q *QP) fatalNAK(code uint8) {
+func (c *completer) fatalNAK(code uint8) {
+	q := c.q
 	st := StatusRemOpErr
 	switch code {
 	case wire.NakInvalidRequest, wire.NakInvalidRDRequest:
@@ -96,7 +107,8 @@ func (q *QP) fatalNAK(code uint8) {
 // responses: an acknowledgement that reaches into one (an ACK of a later request, or a NAK
 // whose PSN lies inside a READ sent as several requests) means responses before it were
 // lost, so the requester goes back to the first missing one instead of moving past it.
-func (q *QP) ackUpTo(psn wire.PSN) {
+func (c *completer) ackUpTo(psn wire.PSN) {
+	q := c.q
 	r := &q.req
 	if psn.Before(r.una) {
 		return
@@ -113,25 +125,26 @@ func (q *QP) ackUpTo(psn wire.PSN) {
 			if r.una.Before(w.firstPSN) {
 				r.una = w.firstPSN
 			}
-			q.goBackOnce()
+			c.goBackOnce()
 			break
 		}
 		if psn.Before(w.lastPSN()) {
 			r.una = psn.Add(1)
 			break
 		}
-		q.completeSend(w)
+		c.completeSend(w)
 		if q.sqTail == q.sqStarted {
 			r.una = psn.Add(1)
 		}
 	}
 	if r.una != old {
-		q.progress()
+		c.progress()
 	}
 }
 
 // progress resets the retry budget and the ACK timer after the peer acknowledged something.
-func (q *QP) progress() {
+func (c *completer) progress() {
+	q := c.q
 	r := &q.req
 	r.retryLeft = q.attr.RetryCnt
 	r.rnrLeft = q.attr.RNRRetry
@@ -139,14 +152,15 @@ func (q *QP) progress() {
 	r.nakRepeat = false
 	if r.curPSN.Before(r.una) && q.sqCur != q.sqStarted {
 		// Acknowledged beyond what is being resent: skip ahead.
-		q.rewind(r.una)
+		q.req.rewind(r.una)
 	}
-	q.restartRTO()
+	q.req.restartRTO()
 	q.dev.queueKick(q)
 }
 
 // completeSend retires the WQE at the tail successfully.
-func (q *QP) completeSend(w *sendWQE) {
+func (c *completer) completeSend(w *sendWQE) {
+	q := c.q
 	if w.signaled {
 		e := CQE{WRID: w.wrID, QPN: q.qpn, Opcode: wcOpcode(w.op), ByteLen: w.length}
 		q.sendCQ.push(&e)
@@ -157,12 +171,13 @@ func (q *QP) completeSend(w *sendWQE) {
 		q.sqCur = q.sqTail
 	}
 	if q.state == StateSQD {
-		q.checkDrained()
+		c.checkDrained()
 	}
 }
 
 // checkDrained raises SQ_DRAINED once an SQD QP has nothing outstanding.
-func (q *QP) checkDrained() {
+func (c *completer) checkDrained() {
+	q := c.q
 	if q.sqTail == q.sqStarted && q.sqdNotify {
 		q.sqdNotify = false
 		q.dev.raise(Event{Type: EventSQDrained, QP: q, Detail: "send queue drained"})
@@ -171,10 +186,11 @@ func (q *QP) checkDrained() {
 
 // goBackOnce makes the requester resend from una, unless it already went back there and
 // has made no progress since (later packets of the same loss must not restart it again).
-func (q *QP) goBackOnce() {
+func (c *completer) goBackOnce() {
+	q := c.q
 	r := &q.req
 	if !(r.rewound && r.rewindPSN == r.una) {
-		q.rewind(r.una)
+		q.req.rewind(r.una)
 		q.dev.queueKick(q)
 	}
 }
@@ -182,14 +198,15 @@ func (q *QP) goBackOnce() {
 // expectedResponse returns the WQE at the tail if psn is the response the requester waits
 // for next. Otherwise it counts the packet (an old duplicate, or one past a loss, which
 // sends the requester back) and returns nil.
-func (q *QP) expectedResponse(psn wire.PSN) *sendWQE {
+func (c *completer) expectedResponse(psn wire.PSN) *sendWQE {
+	q := c.q
 	r := &q.req
 	switch {
 	case psn.Before(r.una):
 		q.stats.Duplicates++
 	case psn != r.una:
 		q.stats.OutOfSequence++
-		q.goBackOnce()
+		c.goBackOnce()
 	case q.sqTail == q.sqStarted:
 		q.stats.Dropped++
 	default:
@@ -198,10 +215,11 @@ func (q *QP) expectedResponse(psn wire.PSN) *sendWQE {
 	return nil
 }
 
-func (q *QP) handleReadResponse(p *wire.Packet) {
+func (c *completer) handleReadResponse(p *wire.Packet) {
+	q := c.q
 	r := &q.req
 	psn := p.BTH.PSN
-	w := q.expectedResponse(psn)
+	w := c.expectedResponse(psn)
 	if w == nil {
 		return
 	}
@@ -213,7 +231,7 @@ func (q *QP) handleReadResponse(p *wire.Packet) {
 	// it. (FIRST is not tied to the chunk start: a READ re-requested from the middle of a
 	// chunk gets responses that start with FIRST there.)
 	idx := uint32(psn.Diff(w.firstPSN))
-	last := psn == q.readChunkEnd(w, psn)
+	last := psn == q.req.readChunkEnd(w, psn)
 	isLast := p.BTH.Opcode == wire.OpReadResponseLast || p.BTH.Opcode == wire.OpReadResponseOnly
 	off := uint64(idx) * uint64(q.mtu)
 	n := min(uint64(q.mtu), uint64(w.length)-min(off, uint64(w.length)))
@@ -227,15 +245,16 @@ func (q *QP) handleReadResponse(p *wire.Packet) {
 		r.rdOut--
 	}
 	if psn == w.lastPSN() {
-		q.completeSend(w)
+		c.completeSend(w)
 	}
-	q.progress()
+	c.progress()
 }
 
-func (q *QP) handleAtomicAck(p *wire.Packet) {
+func (c *completer) handleAtomicAck(p *wire.Packet) {
+	q := c.q
 	r := &q.req
 	psn := p.BTH.PSN
-	w := q.expectedResponse(psn)
+	w := c.expectedResponse(psn)
 	if w == nil {
 		return
 	}
@@ -248,6 +267,6 @@ func (q *QP) handleAtomicAck(p *wire.Packet) {
 	scatter(w.segs, 0, v[:])
 	r.una = psn.Add(1)
 	r.rdOut--
-	q.completeSend(w)
-	q.progress()
+	c.completeSend(w)
+	c.progress()
 }

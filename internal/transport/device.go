@@ -97,7 +97,8 @@ type Device struct {
 	polling              bool // the receive path runs in a polling consumer's goroutine
 	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
 	rx                   rxStats
-	quiesced             uint64 // Quiesce calls that waited for the receive path
+	rxPkt                wire.Packet // the packet being processed (not on the stack: it goes through the mode interface)
+	quiesced             uint64      // Quiesce calls that waited for the receive path
 
 	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
@@ -467,7 +468,8 @@ func (d *Device) input(pkt []byte, from netip.AddrPort) {
 		d.rx.icrc++
 		return
 	}
-	var p wire.Packet
+	p := &d.rxPkt
+	*p = wire.Packet{} // Decode sets only the fields the opcode has
 	if p.Decode(pkt) != nil {
 		d.rx.malformed++
 		return
@@ -484,7 +486,7 @@ func (d *Device) input(pkt []byte, from netip.AddrPort) {
 	if !d.rxOut.Room(outReserve, outReserve*96) {
 		d.flushOut()
 	}
-	q.input(&p, from, len(pkt))
+	q.input(p, from, len(pkt))
 }
 
 // ackOutRelock adds q's ACK to the receive path's batch, sending the batch first if it is
@@ -495,7 +497,7 @@ func (d *Device) ackOutRelock(q *QP) {
 		d.flushOut()
 		q.mu.Lock()
 	}
-	q.sendAck(d.rxOut)
+	q.resp.sendAck(d.rxOut)
 }
 
 // flushOut sends what the receive path has built (rxMu held, no QP lock).
@@ -523,7 +525,7 @@ func (d *Device) finishBatch() {
 				if q.resp.round != d.respRound {
 					q.resp.round, q.resp.budget = d.respRound, respBudget
 				}
-				if !q.pumpResponses(d.rxOut) {
+				if !q.resp.pumpResponses(d.rxOut) {
 					if q.resp.budget == 0 {
 						q.resp.queued = true
 						d.respLater = append(d.respLater, q)
@@ -587,7 +589,7 @@ func (d *Device) runKicks() {
 				q.txPending = true
 			} else {
 				q.txOwner = true
-				q.txMore = q.fill(d.rxOut)
+				q.txMore = q.req.fill(d.rxOut)
 				d.owned = append(d.owned, q)
 			}
 			q.mu.Unlock()

@@ -169,7 +169,7 @@ func (q *QP) LimitStats() LimitStats {
 	if q.lq != nil {
 		s = q.lq.stats
 		s.Tokens = q.lq.tokens
-		q.usage(&s.Usage)
+		s.Usage = q.usage()
 	}
 	s.Share = q.share
 	s.Taken = q.srqTaken
@@ -191,12 +191,12 @@ func (q *QP) SRQDemand() (taken, refused uint64) {
 }
 
 // usage computes the current usage of every dimension (q.mu held).
-func (q *QP) usage(u *[NumLimits]uint32) {
-	taken, polled := q.srqTaken, q.srqPolled.Load()
-	if taken > polled {
+func (q *QP) usage() [NumLimits]uint32 {
+	u := q.mode.usage(q)
+	if taken, polled := q.srqTaken, q.srqPolled.Load(); taken > polled {
 		u[LimitSRQHeld] = uint32(taken - polled)
 	}
-	q.mode.usage(q, u)
+	return u
 }
 
 // admit decides about a request packet that would add add to each dimension (q.mu held);
@@ -205,8 +205,7 @@ func (q *QP) usage(u *[NumLimits]uint32) {
 // dropped unacknowledged if it takes no WQE) or the connection was dropped.
 func (q *QP) admit(psn wire.PSN, add *[NumLimits]uint32, takesWQE bool) bool {
 	lq := q.lq
-	var u [NumLimits]uint32
-	q.usage(&u)
+	u := q.usage()
 	soft := false
 	for k := LimitKind(0); k < NumLimits; k++ {
 		v := u[k] + add[k]
@@ -316,6 +315,6 @@ func (q *QP) hardLimit(psn wire.PSN, k LimitKind, v uint32, escalated bool) bool
 	} else {
 		lq.stats.DropWhy = fmt.Sprintf("hard limit on %v reached (%d > %d)", k, v, lq.cfg.Limits[k].Hard)
 	}
-	q.respFatalEvent(wire.NakRemoteOpError, StatusRemOpErr, EventQPFatal, "connection dropped: "+lq.stats.DropWhy)
+	q.resp.respFatalEvent(wire.NakRemoteOpError, StatusRemOpErr, EventQPFatal, "connection dropped: "+lq.stats.DropWhy)
 	return false
 }

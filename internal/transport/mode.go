@@ -27,7 +27,7 @@ type mode interface {
 	ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN)
 	// usage fills the responder's current use of the limit queue's dimensions that the
 	// mode defines (messages and packets in progress, held out of order, hole span).
-	usage(q *QP, u *[NumLimits]uint32)
+	usage(q *QP) [NumLimits]uint32
 	// flushTaken completes with WR_FLUSH_ERR the receive WQEs that messages in progress
 	// took from a shared receive queue (the QP is entering ERR).
 	flushTaken(q *QP)
@@ -60,9 +60,9 @@ type mode interface {
 	readSlot(q *QP, w *sendWQE, psn wire.PSN) bool
 	// format returns the opcode of w's packet at psn (its index idx in the WQE, last:
 	// whether it ends the message; off and n: its payload, or what a READ request asks
-	// for), fills ooh if the mode's packets carry one, and says whether a WRITE's RETH
+	// for), the OOH if the mode's packets carry one, and whether a WRITE's RETH
 	// addresses this packet's own payload (weak mode: every packet places itself).
-	format(q *QP, w *sendWQE, idx uint32, last bool, off, n uint64, ooh *wire.OOH) (op wire.Opcode, hasOOH, ownVA bool)
+	format(q *QP, w *sendWQE, idx uint32, last bool, off, n uint64) (op wire.Opcode, ooh wire.OOH, hasOOH, ownVA bool)
 	// sent records the transmission of PSNs [psn, next) of the WQE at index idx at time now.
 	sent(q *QP, idx uint64, w *sendWQE, psn, next wire.PSN, now int64)
 	// rtoShift is how many times the local ACK timeout is doubled now.

@@ -16,9 +16,9 @@ func (ordered) weak() bool { return false }
 // Responder.
 
 func (ordered) accepts(f uint32) bool          { return f&wire.IsWeak == 0 }
-func (ordered) request(q *QP, p *wire.Packet)  { q.handleRequest(p) }
+func (ordered) request(q *QP, p *wire.Packet)  { q.resp.handleRequest(p) }
 func (ordered) flushTaken(*QP)                 {}
-func (ordered) response(q *QP, p *wire.Packet) { q.orderedResponse(p) }
+func (ordered) response(q *QP, p *wire.Packet) { q.comp.orderedResponse(p) }
 
 func (ordered) ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN) {
 	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
@@ -30,11 +30,12 @@ func (ordered) ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN) {
 }
 
 // usage: the message in progress (an ordered responder has at most one).
-func (ordered) usage(q *QP, u *[NumLimits]uint32) {
+func (ordered) usage(q *QP) (u [NumLimits]uint32) {
 	if rs := &q.resp; rs.sending || rs.writing {
 		u[LimitInOrderMsgs] = 1
 		u[LimitInOrderSegs] = rs.msgPkts
 	}
+	return u
 }
 
 // Requester.
@@ -51,19 +52,19 @@ func (ordered) readSlot(*QP, *sendWQE, wire.PSN) bool                 { return t
 func (ordered) sent(*QP, uint64, *sendWQE, wire.PSN, wire.PSN, int64) {}
 func (ordered) rtoShift() uint8                                       { return 0 }
 func (ordered) onTimer(*QP, int64) bool                               { return false }
-func (ordered) resend(q *QP, psn wire.PSN, _ bool)                    { q.rewind(psn) }
+func (ordered) resend(q *QP, psn wire.PSN, _ bool)                    { q.req.rewind(psn) }
 func (ordered) holeCounts() (opened, closed uint64)                   { return 0, 0 }
 func (ordered) holes() Holes                                          { return Holes{} }
 
 // format: FIRST/MIDDLE/LAST/ONLY opcodes; a WRITE's RETH is on its first packet only.
-func (ordered) format(q *QP, w *sendWQE, idx uint32, last bool, _, _ uint64, _ *wire.OOH) (wire.Opcode, bool, bool) {
+func (ordered) format(q *QP, w *sendWQE, idx uint32, last bool, _, _ uint64) (wire.Opcode, wire.OOH, bool, bool) {
 	switch w.op {
 	case WRRead:
-		return wire.OpReadRequest, false, false
+		return wire.OpReadRequest, wire.OOH{}, false, false
 	case WRAtomicCmpSwap:
-		return wire.OpCompareSwap, false, false
+		return wire.OpCompareSwap, wire.OOH{}, false, false
 	case WRAtomicFetch:
-		return wire.OpFetchAdd, false, false
+		return wire.OpFetchAdd, wire.OOH{}, false, false
 	}
-	return requestOpcode(w.op, idx == 0, last), false, false
+	return requestOpcode(w.op, idx == 0, last), wire.OOH{}, false, false
 }

@@ -98,8 +98,9 @@ type QP struct {
 	sqStarted uint64 // WQEs before this one have PSNs assigned
 	sqTail    uint64 // oldest WQE not yet completed
 
-	req   requester
-	resp  responder
+	req   requester   // sends requests (requester.go)
+	comp  completer   // handles their responses (completer.go)
+	resp  responder   // answers the peer's requests (responder.go)
 	mode  mode        // what differs between the transport modes (mode.go); set at RTR
 	weak  *weakState  // the mode's state when it is weakly ordered (used by weak*.go only)
 	lq    *limitQueue // limit queue; nil: no limits
@@ -146,7 +147,8 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	} else {
 		q.rq = d.NewRecvQueue(c.PD, max(c.MaxRecvWR, 1), c.MaxRecvSGE, false)
 	}
-	q.resp.init()
+	q.resp.init(q)
+	q.req.q, q.comp.q = q, q
 	if err := d.allocQPN(q); err != nil {
 		return nil, err
 	}
@@ -518,7 +520,7 @@ func (q *QP) setState(s QPState) {
 			q.flush(StatusWRFlushErr, 0)
 		}
 	case StateSQD:
-		q.checkDrained()
+		q.comp.checkDrained()
 	}
 }
 
@@ -540,7 +542,7 @@ func (q *QP) resetQueues() {
 	if !q.srq {
 		q.rq.reset()
 	}
-	q.req = requester{}
+	q.req = requester{q: q}
 	q.resp.reset()
 	// Keep the counters of the mode's bookkeeping that goes away.
 	opened, closed := q.mode.holeCounts()
@@ -758,41 +760,4 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 		q.mu.Unlock()
 	}
 	return len(wrs), nil
-}
-
-// pushTxUnlock builds and sends the QP's pending requests in the calling goroutine, unless
-// another goroutine owns transmission (which then picks the work up). Called with q.mu
-// held; returns with it released. The lock is never held across the send system call.
-func (q *QP) pushTxUnlock() {
-	if q.txOwner {
-		q.txPending = true
-		q.mu.Unlock()
-		return
-	}
-	q.txOwner = true
-	d := q.dev
-	b := d.getBatch()
-	for {
-		q.txPending = false
-		full := q.fill(b)
-		q.mu.Unlock()
-		if b.Len() > 0 {
-			_ = d.conn.Send(b)
-		}
-		q.mu.Lock()
-		if !full && !q.txPending {
-			break
-		}
-	}
-	q.releaseTx()
-	q.mu.Unlock()
-	d.putBatch(b)
-}
-
-// releaseTx gives up transmit ownership, waking a Destroy that waits for it (q.mu held).
-func (q *QP) releaseTx() {
-	q.txOwner = false
-	if q.destroyed {
-		q.txIdle.Broadcast()
-	}
 }

@@ -10,6 +10,7 @@ import (
 // requester is the send side of a QP: it turns send WQEs into request packets, keeps the
 // PSN window and retransmits (go-back-N in ordered mode).
 type requester struct {
+	q           *QP      // the QP whose send queue it sends
 	nextPSN     wire.PSN // first PSN of the next WQE to start
 	curPSN      wire.PSN // next PSN to (re)send within WQE sqCur
 	una         wire.PSN // oldest unacknowledged PSN
@@ -39,7 +40,8 @@ func (r *requester) outstanding() bool { return r.una != r.highPSN }
 const maxPieces = 32
 
 // pktsFor returns how many PSNs a WQE uses.
-func (q *QP) pktsFor(w *sendWQE) uint32 {
+func (r *requester) pktsFor(w *sendWQE) uint32 {
+	q := r.q
 	switch w.op {
 	case WRAtomicCmpSwap, WRAtomicFetch:
 		return 1
@@ -54,18 +56,18 @@ func (q *QP) pktsFor(w *sendWQE) uint32 {
 // fill builds request packets into b until the window, the queue or b is exhausted: in
 // weak mode selective retransmissions first, then new packets. It returns true when it
 // stopped because b is full.
-func (q *QP) fill(b *netio.SendBatch) bool {
+func (r *requester) fill(b *netio.SendBatch) bool {
+	q := r.q
 	if q.state != StateRTS && q.state != StateSQD {
 		return false
 	}
 	// A held-back ACK rides along after the requests (the peer is waiting for those), if
 	// there are any.
-	defer q.piggybackAck(b, b.Len())
-	r := &q.req
+	defer r.piggybackAck(b, b.Len())
 	if r.rnrWait {
 		return false
 	}
-	defer q.armRTO()
+	defer r.armRTO()
 	now, full := q.mode.beforeFill(q, b)
 	defer q.mode.afterFill(q, now)
 	if full {
@@ -100,7 +102,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 				return false
 			}
 			w.firstPSN = r.nextPSN
-			w.npkts = q.pktsFor(w)
+			w.npkts = r.pktsFor(w)
 			r.nextPSN = r.nextPSN.Add(w.npkts)
 			r.curPSN = w.firstPSN
 			q.sqStarted++
@@ -108,7 +110,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 		}
 		end := r.curPSN // last PSN the next packet covers
 		if w.op == WRRead {
-			end = q.readChunkEnd(w, r.curPSN)
+			end = r.readChunkEnd(w, r.curPSN)
 		}
 		if end.Diff(r.una) >= window {
 			return false
@@ -120,7 +122,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			return true
 		}
 		fresh := !r.curPSN.Before(r.highPSN)
-		if fresh && w.isReadOrAtomic() && q.chunkStart(w, r.curPSN) {
+		if fresh && w.isReadOrAtomic() && r.chunkStart(w, r.curPSN) {
 			if r.rdOut >= int(q.attr.MaxRdAtomic) {
 				return false
 			}
@@ -130,7 +132,7 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 			r.rdOut++
 		}
 		psn := r.curPSN
-		r.curPSN = q.buildRequest(b, w, psn, end, false)
+		r.curPSN = r.buildRequest(b, w, psn, end, false)
 		q.mode.sent(q, q.sqCur, w, psn, r.curPSN, now)
 		if fresh {
 			r.highPSN = r.curPSN
@@ -149,14 +151,16 @@ func (q *QP) fill(b *netio.SendBatch) bool {
 
 // piggybackAck adds a held-back ACK to b if requests were added to b since it held n
 // packets, and there is room.
-func (q *QP) piggybackAck(b *netio.SendBatch, n int) {
+func (r *requester) piggybackAck(b *netio.SendBatch, n int) {
+	q := r.q
 	if b.Len() > n && q.resp.ackDeferred && q.resp.ackPending && b.Room(2, 64) {
-		q.sendAck(b)
+		q.resp.sendAck(b)
 	}
 }
 
 // readChunkEnd returns the last PSN of the READ request that starts at psn.
-func (q *QP) readChunkEnd(w *sendWQE, psn wire.PSN) wire.PSN {
+func (r *requester) readChunkEnd(w *sendWQE, psn wire.PSN) wire.PSN {
+	q := r.q
 	c := uint32(q.dev.cfg.ReadChunk)
 	idx := uint32(psn.Diff(w.firstPSN))
 	end := (idx/c+1)*c - 1
@@ -167,7 +171,8 @@ func (q *QP) readChunkEnd(w *sendWQE, psn wire.PSN) wire.PSN {
 }
 
 // chunkStart reports whether psn begins one of w's READ requests (always true for atomics).
-func (q *QP) chunkStart(w *sendWQE, psn wire.PSN) bool {
+func (r *requester) chunkStart(w *sendWQE, psn wire.PSN) bool {
+	q := r.q
 	if w.op != WRRead {
 		return true
 	}
@@ -176,12 +181,11 @@ func (q *QP) chunkStart(w *sendWQE, psn wire.PSN) bool {
 
 // buildRequest emits w's request packet at psn (a READ request covers psn..end) and
 // returns the PSN after it. ackReq forces the AckReq bit (retransmissions).
-func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.PSN, ackReq bool) wire.PSN {
-	r := &q.req
+func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.PSN, ackReq bool) wire.PSN {
+	q := r.q
 	idx := uint32(psn.Diff(w.firstPSN))
 	off := uint64(idx) * uint64(q.mtu)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
-	var ooh wire.OOH
 	var pieces [maxPieces][]byte
 	var pay [][]byte
 	payLen := 0
@@ -196,7 +200,7 @@ func (q *QP) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.PSN, ack
 		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
 		next = end.Add(1)
 	}
-	op, hasOOH, ownVA := q.mode.format(q, w, idx, last, off, n, &ooh)
+	op, ooh, hasOOH, ownVA := q.mode.format(q, w, idx, last, off, n)
 	bth.Opcode = op
 	info := op.Info()
 	hdr := b.Alloc(info.HdrLen)
@@ -279,45 +283,9 @@ func requestOpcode(op uint8, first, last bool) wire.Opcode {
 	return base + 1
 }
 
-// gather appends to dst the pieces of segs that hold bytes [off, off+n).
-func gather(segs [][]byte, off uint64, n int, dst [][]byte) [][]byte {
-	for _, s := range segs {
-		if n == 0 {
-			break
-		}
-		l := uint64(len(s))
-		if off >= l {
-			off -= l
-			continue
-		}
-		k := min(uint64(n), l-off)
-		dst = append(dst, s[off:off+k])
-		n -= int(k)
-		off = 0
-	}
-	return dst
-}
-
-// emit completes a packet: pad, ICRC, and appends it to b.
-func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
-	pad := wire.PadFor(payLen)
-	trailer := b.Alloc(pad + wire.ICRCLen)
-	clear(trailer[:pad])
-	wire.PutICRC(trailer[pad:], q.txFlow.ICRCParts(hdr, pay, trailer[:pad]))
-	b.Begin(q.peer)
-	b.Add(hdr)
-	for _, p := range pay {
-		b.Add(p)
-	}
-	b.Add(trailer)
-	b.End()
-	q.stats.TxPackets++
-	q.stats.TxBytes += uint64(len(hdr) + payLen + len(trailer))
-}
-
 // armRTO starts the local ACK timer when requests are outstanding and it is not running.
-func (q *QP) armRTO() {
-	r := &q.req
+func (r *requester) armRTO() {
+	q := r.q
 	to := wire.AckTimeout(q.attr.Timeout)
 	if !r.outstanding() || to == 0 {
 		r.rtoAt = 0
@@ -331,15 +299,14 @@ func (q *QP) armRTO() {
 }
 
 // restartRTO restarts the local ACK timer after progress.
-func (q *QP) restartRTO() {
-	r := &q.req
+func (r *requester) restartRTO() {
 	r.rtoAt = 0
-	q.armRTO()
+	r.armRTO()
 }
 
 // rewind makes the requester resend from psn (go-back-N).
-func (q *QP) rewind(psn wire.PSN) {
-	r := &q.req
+func (r *requester) rewind(psn wire.PSN) {
+	q := r.q
 	size := uint64(len(q.sq))
 	for i := q.sqTail; i != q.sqStarted; i++ {
 		w := &q.sq[i%size]
@@ -355,67 +322,4 @@ func (q *QP) rewind(psn wire.PSN) {
 	}
 	q.sqCur = q.sqStarted
 	r.curPSN = r.nextPSN
-}
-
-// flushAckRelock sends a held-back ACK from a goroutine other than the receive path
-// (q.mu held; released around the send).
-func (q *QP) flushAckRelock() {
-	if !q.resp.ackPending {
-		q.resp.ackDeferred = false
-		return
-	}
-	b := q.dev.getBatch()
-	q.sendAck(b)
-	q.mu.Unlock()
-	_ = q.dev.conn.Send(b)
-	q.dev.putBatch(b)
-	q.mu.Lock()
-}
-
-// onTimer runs when the QP's timer deadline passes (timer goroutine, no locks held).
-func (q *QP) onTimer() {
-	q.mu.Lock()
-	if q.destroyed {
-		q.mu.Unlock()
-		return
-	}
-	now := q.dev.now()
-	if q.resp.ackDeferred {
-		if now >= q.resp.ackAt {
-			q.flushAckRelock() // releases and retakes q.mu
-		} else {
-			q.dev.timers.arm(q, q.resp.ackAt)
-		}
-	}
-	if q.destroyed || (q.state != StateRTS && q.state != StateSQD) {
-		q.mu.Unlock()
-		return
-	}
-	r := &q.req
-	kick := q.mode.onTimer(q, now)
-	if r.rnrWait {
-		kick = q.endRNRWait(now) || kick
-	} else if r.rtoAt != 0 {
-		if !r.outstanding() {
-			r.rtoAt = 0
-		} else if now >= r.rtoAt {
-			q.stats.Timeouts++
-			if r.retryLeft == 0 {
-				q.errorState(StatusRetryExcErr, VendorRetryTimer)
-				q.mu.Unlock()
-				return
-			}
-			r.retryLeft--
-			q.mode.resend(q, r.una, true)
-			r.rtoAt = 0
-			kick = true
-		} else {
-			q.dev.timers.arm(q, r.rtoAt)
-		}
-	}
-	if kick {
-		q.pushTxUnlock()
-		return
-	}
-	q.mu.Unlock()
 }

@@ -37,6 +37,7 @@ type respResource struct {
 
 // responder is the receive side of a QP.
 type responder struct {
+	q        *QP      // the QP whose requests it answers
 	epsn     wire.PSN // expected PSN
 	msn      uint32   // message sequence number
 	sending  bool     // inside a multi-packet SEND
@@ -69,7 +70,8 @@ type responder struct {
 	pend        []int // resources with responses to send, in PSN order
 }
 
-func (rs *responder) init() {
+func (rs *responder) init(q *QP) {
+	rs.q = q
 	rs.rwqe.segs = make([][]byte, 0, 4)
 	rs.rwqe.regs = make([]*tpt.Region, 0, 4)
 }
@@ -78,7 +80,7 @@ func (rs *responder) reset() {
 	segs, regs := rs.rwqe.segs[:0], rs.rwqe.regs[:0]
 	res := rs.res
 	clear(res)
-	*rs = responder{res: res}
+	*rs = responder{q: rs.q, res: res}
 	rs.rwqe.segs, rs.rwqe.regs = segs, regs
 }
 
@@ -145,23 +147,23 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		q.stats.Dropped++
 		return
 	}
-	q.handleResponse(p)
+	q.comp.handleResponse(p)
 }
 
 // handleRequest runs the responder for one request packet.
-func (q *QP) handleRequest(p *wire.Packet) {
-	rs := &q.resp
+func (rs *responder) handleRequest(p *wire.Packet) {
+	q := rs.q
 	psn := p.BTH.PSN
 	switch d := psn.Diff(rs.epsn); {
 	case d > 0:
 		q.stats.OutOfSequence++
 		if !rs.nakSent {
 			rs.nakSent = true
-			q.sendNak(wire.AETHNak|wire.NakPSNSeqError, rs.epsn)
+			rs.sendNak(wire.AETHNak|wire.NakPSNSeqError, rs.epsn)
 		}
 		return
 	case d < 0:
-		q.duplicate(p)
+		rs.duplicate(p)
 		return
 	}
 	rs.nakSent = false
@@ -171,7 +173,7 @@ func (q *QP) handleRequest(p *wire.Packet) {
 		rs.writing && !(f&wire.IsWrite != 0 && f&wire.IsFirst == 0) ||
 		!rs.sending && f&wire.IsSend != 0 && f&wire.IsFirst == 0 ||
 		!rs.writing && f&wire.IsWrite != 0 && f&wire.IsFirst == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "opcode out of sequence")
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "opcode out of sequence")
 		return
 	}
 	// Payload length: FIRST and MIDDLE carry exactly one MTU, LAST 1..MTU, ONLY 0..MTU.
@@ -186,7 +188,7 @@ func (q *QP) handleRequest(p *wire.Packet) {
 			}
 		}
 		if bad {
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload length invalid for its opcode")
+			rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload length invalid for its opcode")
 			return
 		}
 	}
@@ -209,23 +211,23 @@ func (q *QP) handleRequest(p *wire.Packet) {
 	rs.msgPkts++
 	switch {
 	case f&wire.IsSend != 0:
-		q.recvSend(p)
+		rs.recvSend(p)
 	case f&wire.IsWrite != 0:
-		q.recvWrite(p)
+		rs.recvWrite(p)
 	case f&wire.IsRead != 0:
-		q.recvRead(p)
+		rs.recvRead(p)
 	case f&wire.IsAtomic != 0:
-		q.recvAtomic(p)
+		rs.recvAtomic(p)
 	}
 }
 
-func (q *QP) recvSend(p *wire.Packet) {
-	rs := &q.resp
+func (rs *responder) recvSend(p *wire.Packet) {
+	q := rs.q
 	f := p.Info.Flags
 	if f&wire.HasIETH != 0 {
 		// SEND with Invalidate needs memory windows or fast-registered regions, which
 		// softrnic does not have.
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "SEND with invalidate is not supported")
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "SEND with invalidate is not supported")
 		return
 	}
 	if f&wire.IsFirst != 0 {
@@ -239,16 +241,16 @@ func (q *QP) recvSend(p *wire.Packet) {
 		rs.haveRWQE = true
 		rs.sendOff = 0
 		if rs.rwqe.verr != 0 {
-			q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, rs.rwqe.verr, "receive WQE has an invalid local key")
+			rs.respFatal(wire.NakRemoteOpError, StatusLocProtErr, rs.rwqe.verr, "receive WQE has an invalid local key")
 			return
 		}
 	}
 	if rs.sendOff+uint64(len(p.Payload)) > rs.rwqe.length {
-		q.respFatal(wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
+		rs.respFatal(wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
 		return
 	}
 	if rs.rwqe.revoked() {
-		q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, VendorRevoked, "receive buffer deregistered during the message")
+		rs.respFatal(wire.NakRemoteOpError, StatusLocProtErr, VendorRevoked, "receive buffer deregistered during the message")
 		return
 	}
 	scatter(rs.rwqe.segs, rs.sendOff, p.Payload)
@@ -268,35 +270,35 @@ func (q *QP) recvSend(p *wire.Packet) {
 	} else {
 		rs.sending = true
 	}
-	q.requestAck(p)
+	rs.requestAck(p)
 }
 
-func (q *QP) recvWrite(p *wire.Packet) {
-	rs := &q.resp
+func (rs *responder) recvWrite(p *wire.Packet) {
+	q := rs.q
 	f := p.Info.Flags
 	if f&wire.IsFirst != 0 {
 		reth := &p.RETH
 		if reth.DMALen > MaxMessage {
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE longer than 2^31 bytes")
+			rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE longer than 2^31 bytes")
 			return
 		}
-		mem, reg, ok := q.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
+		mem, reg, ok := rs.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
 		if !ok {
 			return
 		}
 		// ONLY carries the whole message; FIRST one MTU of a longer one.
 		if f&wire.IsLast != 0 && uint32(len(p.Payload)) != reth.DMALen ||
 			f&wire.IsLast == 0 && reth.DMALen <= q.mtu {
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE length does not match its DMA length")
+			rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE length does not match its DMA length")
 			return
 		}
 		rs.writeMem, rs.writeReg, rs.writeLen = mem, reg, reth.DMALen
 	} else if rs.writeReg.Revoked() {
-		q.revoked(rs.epsn, "RDMA WRITE target deregistered during the message")
+		rs.revoked(rs.epsn, "RDMA WRITE target deregistered during the message")
 		return
 	}
 	if len(p.Payload) > len(rs.writeMem) || f&wire.IsLast != 0 && len(p.Payload) != len(rs.writeMem) {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE payload does not match its DMA length")
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE payload does not match its DMA length")
 		return
 	}
 	if f&wire.HasImmDt != 0 && !rs.haveRWQE {
@@ -328,15 +330,16 @@ func (q *QP) recvWrite(p *wire.Packet) {
 	} else {
 		rs.writing = true
 	}
-	q.requestAck(p)
+	rs.requestAck(p)
 }
 
 // remoteMem checks a remote access of n bytes at va with rkey: the QP must allow the
 // kind of access and the key must grant it over the whole range (a zero-length access
 // checks no key, as IBTA says). On failure the request is NAKed and the QP errors.
-func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) ([]byte, *tpt.Region, bool) {
+func (rs *responder) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) ([]byte, *tpt.Region, bool) {
+	q := rs.q
 	if q.attr.Access&need == 0 {
-		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow "+what)
+		rs.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, VendorNoRights, "QP does not allow "+what)
 		return nil, nil, false
 	}
 	if n == 0 {
@@ -345,7 +348,7 @@ func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) 
 	reg := q.dev.mrs.Lookup(rkey)
 	mem, st := reg.Check(q.pd, va, n, need)
 	if st != tpt.OK {
-		q.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), what+": "+st.String())
+		rs.respFatal(wire.NakRemoteAccessError, StatusRemAccessErr, localVendorErr(st), what+": "+st.String())
 		return nil, nil, false
 	}
 	return mem, reg, true
@@ -354,8 +357,9 @@ func (q *QP) remoteMem(need tpt.Access, rkey uint32, va, n uint64, what string) 
 // revoked ends the connection because the region a message in progress uses was
 // deregistered (see Device.Quiesce): a remote access NAK for psn, the access error event,
 // the QP to ERR.
-func (q *QP) revoked(psn wire.PSN, why string) {
-	q.sendNak(wire.AETHNak|wire.NakRemoteAccessError, psn)
+func (rs *responder) revoked(psn wire.PSN, why string) {
+	q := rs.q
+	rs.sendNak(wire.AETHNak|wire.NakRemoteAccessError, psn)
 	q.dev.raise(Event{Type: EventQPAccessErr, QP: q, Detail: why})
 	q.errorState(StatusWRFlushErr, 0)
 }
@@ -363,70 +367,69 @@ func (q *QP) revoked(psn wire.PSN, why string) {
 // addResource records an executed READ or atomic in the resource ring, moves the expected
 // PSN past the npkts it uses and queues its responses (which acknowledge everything
 // before it).
-func (q *QP) addResource(r respResource, npkts uint32) {
-	rs := &q.resp
-	i := q.allocResource()
+func (rs *responder) addResource(r respResource, npkts uint32) {
+	i := rs.allocResource()
 	rs.res[i] = r
 	rs.epsn = r.firstPSN.Add(npkts)
 	rs.msn = (rs.msn + 1) & wire.PSNMask
 	rs.ackPending = false
-	q.queueResource(i)
+	rs.queueResource(i)
 }
 
-func (q *QP) recvRead(p *wire.Packet) {
+func (rs *responder) recvRead(p *wire.Packet) {
+	q := rs.q
 	reth := &p.RETH
 	if reth.DMALen > MaxMessage {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
 		return
 	}
-	mem, reg, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
+	mem, reg, ok := rs.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
 	if !ok {
 		return
 	}
-	if len(q.resp.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
+	if len(rs.res) == 0 {
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
 		return
 	}
 	npkts := packetsFor(reth.DMALen, q.mtu)
 	psn := p.BTH.PSN
 	last := psn.Add(npkts - 1)
-	q.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}, npkts)
+	rs.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}, npkts)
 }
 
-func (q *QP) recvAtomic(p *wire.Packet) {
+func (rs *responder) recvAtomic(p *wire.Packet) {
+	q := rs.q
 	at := &p.Atomic
-	mem, _, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
+	mem, _, ok := rs.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
 	if !ok {
 		return
 	}
-	if len(q.resp.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
+	if len(rs.res) == 0 {
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
 		return
 	}
 	if at.VA%8 != 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
+		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
 		return
 	}
 	orig := q.dev.executeAtomic(mem, p.BTH.Opcode == wire.OpFetchAdd, at.SwapAdd, at.Compare)
 	psn := p.BTH.PSN
-	q.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn, orig: orig}, 1)
+	rs.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn, orig: orig}, 1)
 }
 
 // allocResource takes the next slot of the resource ring and returns its index.
-func (q *QP) allocResource() int {
-	rs := &q.resp
+func (rs *responder) allocResource() int {
 	i := rs.resNext
 	rs.resNext = (i + 1) % len(rs.res)
 	// If the requester exceeded max_dest_rd_atomic, the oldest pending response is lost.
-	q.unqueueResource(i)
+	rs.unqueueResource(i)
 	return i
 }
 
 // unqueueResource takes resource i off the pump list before it is reused: its responses
 // (a replay still being sent, round by round) must not continue with the new request's
 // state.
-func (q *QP) unqueueResource(i int) {
-	rs := &q.resp
+func (rs *responder) unqueueResource(i int) {
 	if !rs.res[i].queued {
 		return
 	}
@@ -440,8 +443,8 @@ func (q *QP) unqueueResource(i int) {
 }
 
 // queueResource puts resource i's responses on the pump list.
-func (q *QP) queueResource(i int) {
-	rs := &q.resp
+func (rs *responder) queueResource(i int) {
+	q := rs.q
 	if !rs.res[i].queued {
 		rs.res[i].queued = true
 		rs.pend = append(rs.pend, i)
@@ -469,8 +472,8 @@ func (d *Device) executeAtomic(mem []byte, fetchAdd bool, swapAdd, compare uint6
 // duplicate answers a request the responder already executed: SEND and WRITE get the
 // latest ACK again, READ and atomics are answered from the resource ring (atomics are
 // never executed twice).
-func (q *QP) duplicate(p *wire.Packet) {
-	rs := &q.resp
+func (rs *responder) duplicate(p *wire.Packet) {
+	q := rs.q
 	q.stats.Duplicates++
 	psn := p.BTH.PSN
 	switch p.BTH.Opcode {
@@ -488,12 +491,12 @@ func (q *QP) duplicate(p *wire.Packet) {
 				continue
 			}
 			r.start, r.next, r.stop = psn, psn, r.lastPSN
-			q.queueResource(i)
+			rs.queueResource(i)
 			return
 		}
 		// Not remembered any more (the requester exceeded max_dest_rd_atomic): drop.
 	default:
-		q.requestAck(p)
+		rs.requestAck(p)
 		rs.ackPending = true
 	}
 }
@@ -501,14 +504,14 @@ func (q *QP) duplicate(p *wire.Packet) {
 // requestAck notes that the packet asked for an acknowledgement. ACKs are coalesced to
 // the end of the receive batch, except that a long run of packets is acknowledged at once:
 // a batch can hold a whole window, and a requester waiting for the batch's end would stall.
-func (q *QP) requestAck(p *wire.Packet) {
-	rs := &q.resp
+func (rs *responder) requestAck(p *wire.Packet) {
+	q := rs.q
 	rs.sinceAck++
 	if p.BTH.AckReq {
 		rs.ackPending = true
 		d := q.dev
 		if rs.sinceAck >= d.cfg.Window/4 && !rs.pumping() && d.rxOut.Room(2, 64) {
-			q.sendAck(d.rxOut)
+			rs.sendAck(d.rxOut)
 			d.flushNow = true
 			return
 		}
@@ -520,8 +523,8 @@ func (q *QP) requestAck(p *wire.Packet) {
 
 // pumpResponses sends pending READ responses and atomic ACKs into b, at most rs.budget
 // packets. It returns false if b filled up or the budget ran out first.
-func (q *QP) pumpResponses(b *netio.SendBatch) bool {
-	rs := &q.resp
+func (rs *responder) pumpResponses(b *netio.SendBatch) bool {
+	q := rs.q
 	for len(rs.pend) > 0 {
 		r := &rs.res[rs.pend[0]]
 		for r.kind != resFree && !r.stop.Before(r.next) {
@@ -531,10 +534,10 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 			if r.kind == resRead && r.reg.Revoked() {
 				// Deregistered since the request was checked (a replay of an old READ, or a
 				// long one): not a byte more of it leaves.
-				q.revoked(r.next, "RDMA READ source deregistered")
+				rs.revoked(r.next, "RDMA READ source deregistered")
 				return true
 			}
-			q.emitResponse(b, r)
+			rs.emitResponse(b, r)
 			rs.budget--
 		}
 		r.queued = false
@@ -550,7 +553,7 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 		} else {
 			q.stats.NAKsSent++
 		}
-		q.sendAETH(b, rs.nakSyn, rs.nakPSN)
+		rs.sendAETH(b, rs.nakSyn, rs.nakPSN)
 	}
 	if rs.ackPending {
 		q.dev.queueAck(q)
@@ -559,11 +562,12 @@ func (q *QP) pumpResponses(b *netio.SendBatch) bool {
 }
 
 // emitResponse sends r's response at r.next.
-func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
+func (rs *responder) emitResponse(b *netio.SendBatch, r *respResource) {
+	q := rs.q
 	psn := r.next
 	r.next = psn.Add(1)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
-	aeth := wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits, MSN: q.resp.msn}
+	aeth := wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits, MSN: rs.msn}
 	if r.kind == resAtomic {
 		bth.Opcode = wire.OpAtomicAcknowledge
 		hdr := b.Alloc(wire.BTHLen + wire.AETHLen + wire.AtomicAckETHLen)
@@ -602,16 +606,16 @@ func (q *QP) emitResponse(b *netio.SendBatch, r *respResource) {
 }
 
 // sendAck sends the coalesced ACK for everything up to epsn-1.
-func (q *QP) sendAck(b *netio.SendBatch) {
-	q.resp.ackPending, q.resp.ackDeferred = false, false
-	q.resp.sinceAck = 0
-	q.sendAETH(b, wire.AETHAck|wire.NoCredits, q.resp.epsn.Add(wire.PSNMask))
+func (rs *responder) sendAck(b *netio.SendBatch) {
+	rs.ackPending, rs.ackDeferred = false, false
+	rs.sinceAck = 0
+	rs.sendAETH(b, wire.AETHAck|wire.NoCredits, rs.epsn.Add(wire.PSNMask))
 }
 
 // sendNak sends a NAK (or RNR NAK) for psn into the receive path's batch, after any
 // responses still queued.
-func (q *QP) sendNak(syn uint8, psn wire.PSN) {
-	rs := &q.resp
+func (rs *responder) sendNak(syn uint8, psn wire.PSN) {
+	q := rs.q
 	if rs.pumping() && syn != wire.AETHNak|wire.NakInvalidRequest && syn != wire.AETHNak|wire.NakRemoteAccessError &&
 		syn != wire.AETHNak|wire.NakRemoteOpError {
 		rs.nakHeld, rs.nakSyn, rs.nakPSN = true, syn, psn
@@ -622,20 +626,21 @@ func (q *QP) sendNak(syn uint8, psn wire.PSN) {
 	} else {
 		q.stats.NAKsSent++
 	}
-	q.resp.ackPending = false
-	q.sendAETH(q.dev.rxOut, syn, psn)
+	rs.ackPending = false
+	rs.sendAETH(q.dev.rxOut, syn, psn)
 }
 
-func (q *QP) sendAETH(b *netio.SendBatch, syn uint8, psn wire.PSN) {
+func (rs *responder) sendAETH(b *netio.SendBatch, syn uint8, psn wire.PSN) {
+	q := rs.q
 	q.mode.ack(q, b, syn, psn)
 }
 
 // respFatal handles a request the responder cannot execute: it NAKs it, completes the
 // receive WQE in use (if any) with status, or raises an async event, and moves the QP to
 // ERR.
-func (q *QP) respFatal(nak uint8, status uint8, verr uint32, why string) {
-	rs := &q.resp
-	q.sendNak(wire.AETHNak|nak, rs.epsn)
+func (rs *responder) respFatal(nak uint8, status uint8, verr uint32, why string) {
+	q := rs.q
+	rs.sendNak(wire.AETHNak|nak, rs.epsn)
 	if rs.haveRWQE {
 		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: status, Opcode: WCRecv, VendorErr: verr, srq: q.srq})
 		rs.haveRWQE = false
@@ -654,8 +659,9 @@ func (q *QP) respFatal(nak uint8, status uint8, verr uint32, why string) {
 
 // respFatalEvent NAKs the request, raises the asynchronous event ev and moves the QP to
 // ERR (a receive WQE in use is flushed with the rest).
-func (q *QP) respFatalEvent(nak uint8, status uint8, ev EventType, why string) {
-	q.sendNak(wire.AETHNak|nak, q.resp.epsn)
+func (rs *responder) respFatalEvent(nak uint8, status uint8, ev EventType, why string) {
+	q := rs.q
+	rs.sendNak(wire.AETHNak|nak, rs.epsn)
 	q.dev.raise(Event{Type: ev, QP: q, Detail: why})
 	q.errorState(StatusWRFlushErr, 0)
 }

@@ -17,7 +17,7 @@ func (q *QP) sendRNR(psn wire.PSN) {
 // timer with the given code.
 func (q *QP) sendRNRTimer(psn wire.PSN, code uint8) {
 	q.resp.nakSent = true // later packets of the burst are dropped quietly
-	q.sendNak(wire.AETHRNR|code&0x1F, psn)
+	q.resp.sendNak(wire.AETHRNR|code&0x1F, psn)
 }
 
 // startRNRWait handles an RNR NAK (syndrome syn) in either mode: it uses an RNR retry (or fails

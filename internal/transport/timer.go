@@ -126,3 +126,66 @@ func (t *timerQueue) run() {
 		}
 	}
 }
+
+// flushAckRelock sends a held-back ACK from a goroutine other than the receive path
+// (q.mu held; released around the send).
+func (q *QP) flushAckRelock() {
+	if !q.resp.ackPending {
+		q.resp.ackDeferred = false
+		return
+	}
+	b := q.dev.getBatch()
+	q.resp.sendAck(b)
+	q.mu.Unlock()
+	_ = q.dev.conn.Send(b)
+	q.dev.putBatch(b)
+	q.mu.Lock()
+}
+
+// onTimer runs when the QP's timer deadline passes (timer goroutine, no locks held).
+func (q *QP) onTimer() {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return
+	}
+	now := q.dev.now()
+	if q.resp.ackDeferred {
+		if now >= q.resp.ackAt {
+			q.flushAckRelock() // releases and retakes q.mu
+		} else {
+			q.dev.timers.arm(q, q.resp.ackAt)
+		}
+	}
+	if q.destroyed || (q.state != StateRTS && q.state != StateSQD) {
+		q.mu.Unlock()
+		return
+	}
+	r := &q.req
+	kick := q.mode.onTimer(q, now)
+	if r.rnrWait {
+		kick = q.endRNRWait(now) || kick
+	} else if r.rtoAt != 0 {
+		if !r.outstanding() {
+			r.rtoAt = 0
+		} else if now >= r.rtoAt {
+			q.stats.Timeouts++
+			if r.retryLeft == 0 {
+				q.errorState(StatusRetryExcErr, VendorRetryTimer)
+				q.mu.Unlock()
+				return
+			}
+			r.retryLeft--
+			q.mode.resend(q, r.una, true)
+			r.rtoAt = 0
+			kick = true
+		} else {
+			q.dev.timers.arm(q, r.rtoAt)
+		}
+	}
+	if kick {
+		q.pushTxUnlock()
+		return
+	}
+	q.mu.Unlock()
+}

@@ -71,7 +71,7 @@ func (q *QP) doneAdvance(progress bool, now int64) {
 		if q.sqTail == q.sqStarted || uint32(q.sqTail) != it.Ref {
 			break // cannot happen: items come in work request order
 		}
-		q.completeSend(&q.sq[q.sqTail%uint64(len(q.sq))])
+		q.comp.completeSend(&q.sq[q.sqTail%uint64(len(q.sq))])
 	}
 	r.una = ws.done.Base()
 	if progress {
@@ -79,7 +79,7 @@ func (q *QP) doneAdvance(progress bool, now int64) {
 		r.retryLeft = q.attr.RetryCnt
 		r.rnrLeft = q.attr.RNRRetry
 		ws.backoff, ws.probeBo = 0, 0
-		q.restartRTO()
+		q.req.restartRTO()
 		q.detectLoss()
 		ws.probeAt = 0
 		q.armProbe(now)
@@ -132,7 +132,7 @@ func (q *QP) weakAck(p *wire.Packet) {
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
 		q.doneAdvance(progress, now)
-		q.fatalNAK(wire.AETHValue(syn))
+		q.comp.fatalNAK(wire.AETHValue(syn))
 	default:
 		q.doneAdvance(progress, now)
 	}
@@ -165,7 +165,7 @@ func (q *QP) weakReadResponse(p *wire.Packet) {
 	q.markDone(psn, now)
 	ws.answered(m)
 	cs := w.firstPSN.Add(uint32(psn.Diff(w.firstPSN)) / uint32(q.dev.cfg.ReadChunk) * uint32(q.dev.cfg.ReadChunk))
-	ce := q.readChunkEnd(w, psn)
+	ce := q.req.readChunkEnd(w, psn)
 	if ws.done.HasRange(cs, uint32(ce.Diff(cs))+1) {
 		r.rdOut--
 		ws.readSeqDone(w.readSN.Add(uint32(cs.Diff(w.firstPSN)) / uint32(q.dev.cfg.ReadChunk)))

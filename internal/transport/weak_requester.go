@@ -142,7 +142,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 		w := q.wqeAt(m.wqe)
 		end := p
 		if w.op == WRRead {
-			ce := q.readChunkEnd(w, p)
+			ce := q.req.readChunkEnd(w, p)
 			for end != ce {
 				n := end.Add(1)
 				if ws.done.Has(n) {
@@ -152,7 +152,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 			}
 		}
 		idx := m.wqe
-		q.buildRequest(b, w, p, end, true)
+		q.req.buildRequest(b, w, p, end, true)
 		ws.txSeq++
 		for x := p; ; x = x.Add(1) {
 			mx := ws.m(x)
@@ -225,28 +225,29 @@ func (ws *weakState) readSlot(q *QP, w *sendWQE, psn wire.PSN) bool {
 
 // format: weak opcodes, every packet with its OOH; a WRITE packet addresses its own
 // payload, a READ request asks for one chunk under its own read sequence number.
-func (ws *weakState) format(q *QP, w *sendWQE, idx uint32, last bool, off, n uint64, ooh *wire.OOH) (wire.Opcode, bool, bool) {
+func (ws *weakState) format(q *QP, w *sendWQE, idx uint32, last bool, off, n uint64) (wire.Opcode, wire.OOH, bool, bool) {
 	var op wire.Opcode
+	var ooh wire.OOH
 	switch w.op {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
 		op = weakDataOpcode(w.op, last)
-		*ooh = wire.OOH{Seq: w.rsn, Offset: uint32(off), Length: w.length}
+		ooh = wire.OOH{Seq: w.rsn, Offset: uint32(off), Length: w.length}
 		if w.op != WRWrite {
 			ooh.Flags = wire.OOHRecv
 		}
 	case WRRead:
 		op = wire.OpWeakReadReq
 		chunk := idx / uint32(q.dev.cfg.ReadChunk)
-		*ooh = wire.OOH{Seq: w.readSN.Add(chunk), Offset: uint32(off), Length: uint32(n)}
+		ooh = wire.OOH{Seq: w.readSN.Add(chunk), Offset: uint32(off), Length: uint32(n)}
 	case WRAtomicCmpSwap:
 		op = wire.OpWeakCmpSwap
-		*ooh = wire.OOH{Seq: w.readSN, Length: 8}
+		ooh = wire.OOH{Seq: w.readSN, Length: 8}
 	case WRAtomicFetch:
 		op = wire.OpWeakCmpSwap + (wire.OpFetchAdd - wire.OpCompareSwap)
-		*ooh = wire.OOH{Seq: w.readSN, Length: 8}
+		ooh = wire.OOH{Seq: w.readSN, Length: 8}
 	}
 	ooh.TxSeq = ws.txSeq + 1
-	return op, true, true
+	return op, ooh, true, true
 }
 
 // onTimer runs the loss probe.

@@ -48,7 +48,7 @@ func (q *QP) weakRequest(p *wire.Packet) {
 		}
 	}
 	rs.epsn = ws.arrived.Base()
-	q.requestAck(p)
+	q.resp.requestAck(p)
 }
 
 // weakMark records the arrival of [psn, psn+n); it returns false (after acknowledging a
@@ -92,7 +92,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 	npk := packetsFor(o.Length, q.mtu)
 	inside := o.Offset < o.Length || o.Length == 0 && o.Offset == 0
 	if o.Length > MaxMessage || !inside || o.Offset%q.mtu != 0 || l != min(uint64(q.mtu), uint64(o.Length-o.Offset)) {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload does not match its offset and message length")
+		q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload does not match its offset and message length")
 		return
 	}
 	recv := f&wire.IsSend != 0 || o.Flags&wire.OOHRecv != 0
@@ -150,7 +150,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 				return
 			}
 			if msg.wqe.verr != 0 {
-				q.respFatal(wire.NakRemoteOpError, StatusLocProtErr, msg.wqe.verr, "receive WQE has an invalid local key")
+				q.resp.respFatal(wire.NakRemoteOpError, StatusLocProtErr, msg.wqe.verr, "receive WQE has an invalid local key")
 				return
 			}
 			msg.valid, msg.rsn, msg.first, msg.npk, msg.got, msg.length = true, o.Seq, first, npk, 0, o.Length
@@ -167,7 +167,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 		}
 	}
 	if f&wire.IsWrite != 0 {
-		mem, _, ok := q.remoteMem(tpt.RemoteWrite, p.RETH.RKey, p.RETH.VA, l, "RDMA WRITE")
+		mem, _, ok := q.resp.remoteMem(tpt.RemoteWrite, p.RETH.RKey, p.RETH.VA, l, "RDMA WRITE")
 		if !ok {
 			return
 		}
@@ -212,7 +212,7 @@ func (q *QP) weakRecvFatal(msg *weakMsg, nak, status uint8, verr uint32, why str
 		}
 	}
 	msg.valid = false
-	q.respFatal(nak, status, verr, why)
+	q.resp.respFatal(nak, status, verr, why)
 }
 
 // weakRead prepares a READ request: checked now, answered when every request before it
@@ -225,7 +225,7 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	if reth.DMALen > MaxMessage {
 		// Checked after the PSN: a duplicate or a packet beyond the span is only that.
 		if q.weakMark(psn, 1) {
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
+			q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
 		}
 		return
 	}
@@ -241,7 +241,7 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 		r := &rs.res[slot]
 		if r.kind == resRead && !r.held && !psn.Before(r.firstPSN) && !r.lastPSN.Before(psn.Add(npk-1)) {
 			r.start, r.next, r.stop = psn, psn, psn.Add(npk-1)
-			q.queueResource(slot)
+			q.resp.queueResource(slot)
 		}
 		return
 	}
@@ -252,12 +252,12 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 	if !ok {
 		return
 	}
-	mem, reg, ok := q.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
+	mem, reg, ok := q.resp.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
 	if !ok {
 		return
 	}
 	last := psn.Add(npk - 1)
-	q.unqueueResource(slot)
+	q.resp.unqueueResource(slot)
 	rs.res[slot] = respResource{kind: resRead, held: true, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}
 	q.weakArrived(psn, npk)
 	ws.arrived.Hold(holes.Item{PSN: last, Kind: kindReadReq, Ref: uint32(slot)})
@@ -269,12 +269,12 @@ func (q *QP) weakRead(p *wire.Packet, o *wire.OOH) {
 func (q *QP) weakSlot(o *wire.OOH, what string) (int, bool) {
 	rs := &q.resp
 	if len(rs.res) == 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, what+" with max_dest_rd_atomic 0")
+		q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, what+" with max_dest_rd_atomic 0")
 		return 0, false
 	}
 	slot := int(uint32(o.Seq) % uint32(len(rs.res)))
 	if rs.res[slot].held {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
+		q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "more RDMA READ and atomic requests outstanding than max_dest_rd_atomic")
 		return 0, false
 	}
 	return slot, true
@@ -294,7 +294,7 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		r := &rs.res[slot]
 		if r.kind == resAtomic && !r.held && r.firstPSN == psn {
 			r.start, r.next, r.stop = psn, psn, psn
-			q.queueResource(slot) // the recorded result again; never executed twice
+			q.resp.queueResource(slot) // the recorded result again; never executed twice
 		}
 		return
 	}
@@ -306,15 +306,15 @@ func (q *QP) weakAtomicReq(p *wire.Packet, o *wire.OOH) {
 		return
 	}
 	at := &p.Atomic
-	mem, reg, ok := q.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
+	mem, reg, ok := q.resp.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
 	if !ok {
 		return
 	}
 	if at.VA%8 != 0 {
-		q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
+		q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
 		return
 	}
-	q.unqueueResource(slot)
+	q.resp.unqueueResource(slot)
 	rs.res[slot] = respResource{kind: resAtomic, held: true, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn,
 		mem: mem, reg: reg, swapAdd: at.SwapAdd, compare: at.Compare, fetchAdd: p.BTH.Opcode == wire.OpWeakFetchAdd}
 	q.weakArrived(psn, 1)
@@ -330,7 +330,7 @@ func (q *QP) weakDeliver(it holes.Item) {
 		msg := &ws.msgs[it.Ref&(ws.span-1)]
 		if msg.rsn != ws.rsnBase {
 			// Messages that consume receive WQEs must number them in PSN order.
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "receive sequence numbers out of order")
+			q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "receive sequence numbers out of order")
 			return
 		}
 		if !q.srq {
@@ -352,23 +352,23 @@ func (q *QP) weakDeliver(it holes.Item) {
 	case kindReadReq:
 		rs.res[it.Ref].held = false
 		rs.msn = (rs.msn + 1) & wire.PSNMask
-		q.queueResource(int(it.Ref))
+		q.resp.queueResource(int(it.Ref))
 	case kindAtomic:
 		r := &rs.res[it.Ref]
 		if r.kind != resAtomic || len(r.mem) < 8 {
 			// Cannot happen while held slots are never reused; never run an atomic on
 			// anything but its own 8 bytes.
-			q.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic resource lost")
+			q.resp.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic resource lost")
 			return
 		}
 		if r.reg.Revoked() {
-			q.revoked(r.firstPSN, "atomic target deregistered before the atomic executed")
+			q.resp.revoked(r.firstPSN, "atomic target deregistered before the atomic executed")
 			return
 		}
 		orig := q.dev.executeAtomic(r.mem, r.fetchAdd, r.swapAdd, r.compare)
 		r.orig, r.held, r.mem, r.reg = orig, false, nil, nil
 		rs.msn = (rs.msn + 1) & wire.PSNMask
-		q.queueResource(int(it.Ref))
+		q.resp.queueResource(int(it.Ref))
 	}
 }
 
@@ -415,9 +415,10 @@ func (ws *weakState) ack(q *QP, b *netio.SendBatch, syn uint8, _ wire.PSN) {
 
 // usage: messages in progress, what is held out of order, and how far past the first
 // hole packets arrived.
-func (ws *weakState) usage(_ *QP, u *[NumLimits]uint32) {
+func (ws *weakState) usage(*QP) (u [NumLimits]uint32) {
 	u[LimitOOOMsgs] = uint32(ws.arrived.Held())
 	u[LimitOOOSegs] = ws.arrived.Ahead()
 	u[LimitHoleSpan] = uint32(ws.arrived.High().Diff(ws.arrived.Base()))
 	u[LimitInOrderMsgs], u[LimitInOrderSegs] = ws.inProgress()
+	return u
 }

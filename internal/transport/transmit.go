@@ -1,0 +1,83 @@
+package transport
+
+import (
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// Putting a QP's packets on the wire: emit completes a packet (padding, ICRC) into a batch;
+// transmit ownership (see the package doc) makes one goroutine at a time build and send
+// the QP's requests without holding QP.mu across the send.
+
+// gather appends to dst the pieces of segs that hold bytes [off, off+n).
+func gather(segs [][]byte, off uint64, n int, dst [][]byte) [][]byte {
+	for _, s := range segs {
+		if n == 0 {
+			break
+		}
+		l := uint64(len(s))
+		if off >= l {
+			off -= l
+			continue
+		}
+		k := min(uint64(n), l-off)
+		dst = append(dst, s[off:off+k])
+		n -= int(k)
+		off = 0
+	}
+	return dst
+}
+
+// emit completes a packet: pad, ICRC, and appends it to b.
+func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
+	pad := wire.PadFor(payLen)
+	trailer := b.Alloc(pad + wire.ICRCLen)
+	clear(trailer[:pad])
+	wire.PutICRC(trailer[pad:], q.txFlow.ICRCParts(hdr, pay, trailer[:pad]))
+	b.Begin(q.peer)
+	b.Add(hdr)
+	for _, p := range pay {
+		b.Add(p)
+	}
+	b.Add(trailer)
+	b.End()
+	q.stats.TxPackets++
+	q.stats.TxBytes += uint64(len(hdr) + payLen + len(trailer))
+}
+
+// pushTxUnlock builds and sends the QP's pending requests in the calling goroutine, unless
+// another goroutine owns transmission (which then picks the work up). Called with q.mu
+// held; returns with it released. The lock is never held across the send system call.
+func (q *QP) pushTxUnlock() {
+	if q.txOwner {
+		q.txPending = true
+		q.mu.Unlock()
+		return
+	}
+	q.txOwner = true
+	d := q.dev
+	b := d.getBatch()
+	for {
+		q.txPending = false
+		full := q.req.fill(b)
+		q.mu.Unlock()
+		if b.Len() > 0 {
+			_ = d.conn.Send(b)
+		}
+		q.mu.Lock()
+		if !full && !q.txPending {
+			break
+		}
+	}
+	q.releaseTx()
+	q.mu.Unlock()
+	d.putBatch(b)
+}
+
+// releaseTx gives up transmit ownership, waking a Destroy that waits for it (q.mu held).
+func (q *QP) releaseTx() {
+	q.txOwner = false
+	if q.destroyed {
+		q.txIdle.Broadcast()
+	}
+}
