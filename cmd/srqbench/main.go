@@ -11,8 +11,10 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -32,6 +34,7 @@ func main() {
 		work     = flag.Duration("work", 10*time.Microsecond, "server processing time per message")
 		warmup   = flag.Duration("warmup", 500*time.Millisecond, "load run before each measured phase (its RNR NAKs are shown apart)")
 		hostile  = flag.Bool("hostile", true, "also run the hostile-connection phase")
+		asJSON   = flag.Bool("json", false, "print one JSON object per result instead of the tables")
 	)
 	flag.Parse()
 	var ns []int
@@ -43,11 +46,16 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
+	out := io.Writer(os.Stdout)
+	enc := json.NewEncoder(os.Stdout)
+	if *asJSON {
+		out = io.Discard // the tables; the results go out as JSON
+	}
 	base := srqexp.Config{Duration: *dur, HotLoad: *hotLoad, IdleRate: *idleRate, PeakDepth: *peak, Work: *work, Warmup: *warmup}
-	fmt.Printf("srqbench: %v per phase, hot load %.0f msg/s, idle %.2g msg/s per connection, %d-WQE peak, %v work per message\n\n",
+	fmt.Fprintf(out, "srqbench: %v per phase, hot load %.0f msg/s, idle %.2g msg/s per connection, %d-WQE peak, %v work per message\n\n",
 		*dur, *hotLoad, *idleRate, *peak, *work)
 
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "conns\thot\tmode\treceive memory\tshared/per-QP\tmessages\tRNR NAKs\tRNR rate\twarm-up RNR\thot offered/s\thot delivered/s\t")
 	type pair struct{ per, shared srqexp.Result }
 	results := map[int]*pair{}
@@ -70,6 +78,11 @@ func main() {
 				p.shared = r
 				ratio = fmt.Sprintf("1/%.0f", float64(p.per.RegisteredBytes)/float64(max(r.RegisteredBytes, 1)))
 			}
+			if *asJSON {
+				_ = enc.Encode(baselineJSON{Test: "srq_baseline", Size: r.Config.MsgSize, Conns: n, Hot: r.Config.Hot, Mode: mode.String(),
+					RegisteredBytes: r.RegisteredBytes, Messages: r.Messages, RNRNAKs: r.RNRNAKs, RNRRate: r.RNRRate,
+					WarmupRNRNAKs: r.WarmupRNRNAKs, HotOffered: r.HotOffered, HotDelivered: r.HotDelivered})
+			}
 			fmt.Fprintf(tw, "%d\t%d\t%v\t%s\t%s\t%d\t%d\t%.3f%%\t%d\t%.0f\t%.0f\t\n", n, r.Config.Hot, mode, mib(r.RegisteredBytes), ratio,
 				r.Messages, r.RNRNAKs, 100*r.RNRRate, r.WarmupRNRNAKs, r.HotOffered, r.HotDelivered)
 		}
@@ -78,7 +91,7 @@ func main() {
 	if !*hostile {
 		return
 	}
-	fmt.Println()
+	fmt.Fprintln(out)
 	fmt.Fprintln(tw, "conns\tlimit queues\tstopped after\tresponse\thostile msgs/s\tits peak SRQ held\trefused\thot before/s\thot during/s\tkept\treceive memory\t")
 	for _, n := range ns {
 		fmt.Fprintf(os.Stderr, "srqbench: hostile phase, %d connections\n", n)
@@ -100,12 +113,50 @@ func main() {
 			if r.HostileDecision != "" {
 				stopped, how = r.HostileStopped.Round(100*time.Microsecond).String(), r.HostileDecision
 			}
+			if *asJSON {
+				_ = enc.Encode(hostileJSON{Test: "srq_hostile", Size: r.Config.MsgSize, Conns: n, LimitQueues: !noLimits,
+					StoppedMS: float64(r.HostileStopped) / 1e6, Response: how, HostilePerS: float64(r.HostileDelivered) / dur.Seconds(),
+					PeakHeld: r.HostilePeakHeld, Refused: r.HostileRefused, HotBefore: r.HotDelivered, HotDuring: r.HotDeliveredHostile,
+					RegisteredBytes: r.RegisteredHostile})
+			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%d\t%d\t%.0f\t%.0f\t%.1f%%\t%s\t\n", n, lim, stopped, how,
 				float64(r.HostileDelivered)/dur.Seconds(), r.HostilePeakHeld, r.HostileRefused, r.HotDelivered, r.HotDeliveredHostile,
 				100*r.HotDeliveredHostile/max(r.HotDelivered, 1), mib(r.RegisteredHostile))
 		}
 	}
 	tw.Flush()
+}
+
+// baselineJSON is one result of the first table, with --json.
+type baselineJSON struct {
+	Test            string  `json:"test"`
+	Size            int     `json:"size"` // message size in bytes
+	Conns           int     `json:"conns"`
+	Hot             int     `json:"hot"`
+	Mode            string  `json:"mode"`
+	RegisteredBytes int64   `json:"registered_bytes"`
+	Messages        uint64  `json:"messages"`
+	RNRNAKs         uint64  `json:"rnr_naks"`
+	RNRRate         float64 `json:"rnr_rate"`
+	WarmupRNRNAKs   uint64  `json:"warmup_rnr_naks"`
+	HotOffered      float64 `json:"hot_offered_per_s"`
+	HotDelivered    float64 `json:"hot_delivered_per_s"`
+}
+
+// hostileJSON is one result of the hostile table, with --json.
+type hostileJSON struct {
+	Test            string  `json:"test"`
+	Size            int     `json:"size"`
+	Conns           int     `json:"conns"`
+	LimitQueues     bool    `json:"limit_queues"`
+	StoppedMS       float64 `json:"stopped_ms"` // 0: never stopped
+	Response        string  `json:"response"`
+	HostilePerS     float64 `json:"hostile_per_s"`
+	PeakHeld        uint64  `json:"peak_held"`
+	Refused         uint64  `json:"refused"`
+	HotBefore       float64 `json:"hot_before_per_s"`
+	HotDuring       float64 `json:"hot_during_per_s"`
+	RegisteredBytes int64   `json:"registered_bytes"`
 }
 
 func mib(b int64) string {
