@@ -15,7 +15,9 @@ const (
 // CQ is a completion queue: a ring of CQEs filled by the engine and drained by PollCQ.
 // When armed (one shot), a matching CQE calls Notify.
 type CQ struct {
-	dev   *Device
+	dev *Device
+	// mu guards the ring, its indices, the arm state, the overflow flag, the notify
+	// function and the moderation fields; count and lost are atomic (read without it).
 	mu    mutex
 	ring  []CQE
 	head  uint64 // next slot to fill

@@ -67,6 +67,7 @@ func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
 
 // QP is a reliable-connected queue pair.
 type QP struct {
+	// Set at creation, read without a lock.
 	dev        *Device
 	qpn        uint32
 	pd         uint32
@@ -81,6 +82,8 @@ type QP struct {
 	// Owner is the verbs object wrapping this QP.
 	Owner any
 
+	// mu guards every field from here to the timer's (see the package doc), except
+	// srqPolled (atomic).
 	mu        mutex
 	state     QPState
 	destroyed bool
@@ -117,6 +120,7 @@ type QP struct {
 	kickQueued bool      // on the receive path's kick list
 	commEst    bool
 
+	// Guarded by the device's timerQueue.mu.
 	timerAt  int64 // deadline the timer heap holds for this QP (0: none)
 	timerIdx int
 }

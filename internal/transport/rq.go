@@ -29,7 +29,8 @@ func (w *recvWQE) revoked() bool {
 
 // RecvQueue is a receive queue: a QP's own, or a shared receive queue (SRQ) used by many.
 type RecvQueue struct {
-	dev    *Device
+	dev *Device
+	// mu guards the ring, its indices and the limit; the rest is set at creation.
 	mu     mutex
 	ring   []recvWQE
 	head   uint64 // next slot to post
