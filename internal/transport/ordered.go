@@ -15,7 +15,7 @@ func (ordered) weak() bool { return false }
 
 // Responder.
 
-func (ordered) accepts(f uint32) bool          { return f&wire.IsWeak == 0 }
+func (ordered) accepts(f uint32) bool          { return f&(wire.IsWeak|wire.IsUD) == 0 }
 func (ordered) request(q *QP, p *wire.Packet)  { q.resp.handleRequest(p) }
 func (ordered) flushTaken(*QP)                 {}
 func (ordered) response(q *QP, p *wire.Packet) { q.comp.orderedResponse(p) }

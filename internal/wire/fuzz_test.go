@@ -56,6 +56,19 @@ func FuzzDecodePacket(f *testing.F) {
 		// Info.HdrLen.
 		off := BTHLen
 		fl := info.Flags
+		if fl&HasDETH != 0 {
+			if d, _ := DecodeDETH(b[off:]); d != p.DETH {
+				t.Fatalf("DETH %+v, at offset %d: %+v", p.DETH, off, d)
+			}
+			var enc [DETHLen]byte
+			p.DETH.Put(enc[:])
+			want := append([]byte(nil), b[off:off+DETHLen]...)
+			want[4] = 0 // reserved
+			if !bytes.Equal(enc[:], want) {
+				t.Fatalf("DETH re-encodes as %x, input %x", enc, b[off:off+DETHLen])
+			}
+			off += DETHLen
+		}
 		if fl&HasRETH != 0 {
 			if r, _ := DecodeRETH(b[off:]); r != p.RETH {
 				t.Fatalf("RETH %+v, at offset %d: %+v", p.RETH, off, r)

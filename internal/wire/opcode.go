@@ -1,5 +1,5 @@
 // Package wire encodes and decodes RoCEv2 packets: the InfiniBand Base Transport Header
-// (BTH), the extended transport headers an opcode requires (RETH, AETH, ImmDt, IETH,
+// (BTH), the extended transport headers an opcode requires (DETH, RETH, AETH, ImmDt, IETH,
 // AtomicETH, AtomicAckETH), padding, and the invariant CRC (ICRC) computed over the
 // masked IP/UDP pseudo-header as RoCEv2 defines it.
 //
@@ -38,8 +38,15 @@ const (
 	OpSendOnlyInvalidate Opcode = 0x17
 
 	opcodeCount                  = 256
+	transportUD           Opcode = 0x60
 	transportMask         Opcode = 0xE0
 	transportManufacturer Opcode = 0xC0 // 0xC0..0xFF: manufacturer-specific
+)
+
+// Unreliable-datagram opcodes (IBTA Vol. 1, table 38): a UD message is one packet.
+const (
+	OpUDSendOnly    Opcode = 0x64
+	OpUDSendOnlyImm Opcode = 0x65
 )
 
 // Extended headers an opcode may carry, in wire order, and what kind of packet it is.
@@ -61,6 +68,8 @@ const (
 	IsRead
 	IsAtomic
 	IsWeak // a weakly-ordered mode packet (manufacturer-specific)
+	HasDETH
+	IsUD // an unreliable-datagram packet
 )
 
 // OpInfo describes one opcode: which headers follow the BTH and what kind of packet it is.
@@ -85,6 +94,7 @@ const (
 	IETHLen         = 4
 	AtomicETHLen    = 28
 	AtomicAckETHLen = 8
+	DETHLen         = 8
 	ICRCLen         = 4
 	// MaxHeaderLen bounds BTH plus extended headers of any standard opcode.
 	MaxHeaderLen = BTHLen + AtomicETHLen + ImmDtLen + RETHLen
@@ -92,6 +102,9 @@ const (
 
 func hdrLen(flags uint32) int {
 	n := BTHLen
+	if flags&HasDETH != 0 {
+		n += DETHLen
+	}
 	if flags&HasRETH != 0 {
 		n += RETHLen
 	}
@@ -156,6 +169,9 @@ func init() {
 	def(OpFetchAdd, "FETCH_ADD", IsRequest|IsAtomic|IsFirst|IsLast|HasAtomicETH)
 	def(OpSendLastInvalidate, "SEND_LAST_WITH_INVALIDATE", sendReq|IsLast|HasIETH)
 	def(OpSendOnlyInvalidate, "SEND_ONLY_WITH_INVALIDATE", sendReq|IsFirst|IsLast|HasIETH)
+	const udSend = IsUD | IsRequest | IsSend | HasPayload | IsFirst | IsLast | HasDETH
+	def(OpUDSendOnly, "UD_SEND_ONLY", udSend)
+	def(OpUDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", udSend|HasImmDt)
 }
 
 // Info returns the description of op; Valid is false for opcodes this stack does not know.

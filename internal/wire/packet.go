@@ -24,6 +24,29 @@ type BTH struct {
 	Reserve uint8 // the 6 reserved bits after FECN/BECN (kept for round trips)
 }
 
+// DETH is the Datagram Extended Transport Header of UD packets: the Q_Key the receiving
+// QP checks and the sending QP's number.
+type DETH struct {
+	QKey  uint32
+	SrcQP uint32 // 24 bits
+}
+
+// Put encodes the DETH into b[:8] (the reserved byte zero).
+func (d *DETH) Put(b []byte) {
+	_ = b[DETHLen-1]
+	binary.BigEndian.PutUint32(b[0:4], d.QKey)
+	b[4] = 0
+	b[5], b[6], b[7] = byte(d.SrcQP>>16), byte(d.SrcQP>>8), byte(d.SrcQP)
+}
+
+// DecodeDETH decodes a DETH (the reserved byte is ignored, as receivers must).
+func DecodeDETH(b []byte) (DETH, error) {
+	if len(b) < DETHLen {
+		return DETH{}, ErrShort
+	}
+	return DETH{QKey: binary.BigEndian.Uint32(b[0:4]), SrcQP: uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])}, nil
+}
+
 // RETH is the RDMA Extended Transport Header (WRITE First/Only, READ Request).
 type RETH struct {
 	VA     uint64
@@ -49,6 +72,7 @@ type AtomicETH struct {
 // aliases the buffer that was decoded.
 type Packet struct {
 	BTH       BTH
+	DETH      DETH
 	RETH      RETH
 	AETH      AETH
 	Atomic    AtomicETH
@@ -196,6 +220,10 @@ func (p *Packet) Decode(b []byte) error {
 	p.Info = info
 	off := BTHLen
 	f := info.Flags
+	if f&HasDETH != 0 {
+		p.DETH, _ = DecodeDETH(b[off:])
+		off += DETHLen
+	}
 	if f&HasRETH != 0 {
 		p.RETH, _ = DecodeRETH(b[off:])
 		off += RETHLen
