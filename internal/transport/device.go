@@ -97,8 +97,9 @@ type Device struct {
 	polling              bool // the receive path runs in a polling consumer's goroutine
 	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
 	rx                   rxStats
-	rxPkt                wire.Packet // the packet being processed (not on the stack: it goes through the mode interface)
-	quiesced             uint64      // Quiesce calls that waited for the receive path
+	rxPkt                wire.Packet    // the packet being processed (not on the stack: it goes through the mode interface)
+	rxFrom               netip.AddrPort // where it came from
+	quiesced             uint64         // Quiesce calls that waited for the receive path
 
 	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
@@ -486,6 +487,7 @@ func (d *Device) input(pkt []byte, from netip.AddrPort) {
 	if !d.rxOut.Room(outReserve, outReserve*96) {
 		d.flushOut()
 	}
+	d.rxFrom = from
 	q.input(p, from, len(pkt))
 }
 
@@ -597,6 +599,7 @@ func (d *Device) runKicks() {
 		d.flushOut()
 		for _, q := range d.owned {
 			q.mu.Lock()
+			q.mode.transmitted(q)
 			q.releaseTx()
 			if q.txPending || q.txMore {
 				q.txPending, q.txMore = false, false

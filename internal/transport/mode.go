@@ -1,6 +1,9 @@
 package transport
 
 import (
+	"errors"
+	"net/netip"
+
 	"github.com/softrnic/softrnic/internal/holes"
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/wire"
@@ -18,6 +21,9 @@ type mode interface {
 
 	// Responder.
 
+	// acceptsFrom reports whether a packet from this address may be for the QP (RC: only
+	// from its peer; UD: from anyone).
+	acceptsFrom(q *QP, from netip.AddrPort) bool
 	// accepts reports whether a request with these opcode flags belongs to the mode; a
 	// request of another mode is dropped and counted, whatever its PSN.
 	accepts(f uint32) bool
@@ -40,6 +46,12 @@ type mode interface {
 
 	// Requester.
 
+	// checkPost refuses a work request the service does not take (e.g. an RDMA READ on
+	// a UD QP, an address handle on an RC QP), with the reason.
+	checkPost(q *QP, wr *SendWR) error
+	// transmitted runs after a batch holding the QP's requests was handed to the socket
+	// (UD completes its sends then: nothing acknowledges them).
+	transmitted(q *QP)
 	// startRequester is called when the QP enters RTS, with the first PSN it sends.
 	startRequester(q *QP, psn wire.PSN)
 	// window returns how many PSNs past una the requester may send.
@@ -82,10 +94,47 @@ type mode interface {
 
 // modeFor returns the mode a QP entering RTR with attributes a uses.
 func (q *QP) modeFor(a *Attr) mode {
-	if a.Ordering == Weak {
+	switch {
+	case q.service == ServiceUD:
+		return ud{}
+	case a.Ordering == Weak:
 		return newWeakState(q, a.MaxHole, q.resp.epsn)
 	}
 	return ordered{}
+}
+
+// initialMode is the mode of a QP before RTR (and after RESET): what posting and
+// receiving check against until the connection's mode is known.
+func (q *QP) initialMode() mode {
+	if q.service == ServiceUD {
+		return ud{}
+	}
+	return ordered{}
+}
+
+// rcFrom is the RC modes' source check: the peer's address, and its UDP source port if
+// the QP was told it (Attr.PeerSrcPort).
+func rcFrom(q *QP, from netip.AddrPort) bool {
+	return q.peer != nil && from.Addr() == q.peer.AP.Addr() && (q.attr.PeerSrcPort == 0 || from.Port() == q.attr.PeerSrcPort)
+}
+
+// rcCheckPost refuses what an RC QP does not take.
+func rcCheckPost(wr *SendWR) error {
+	if wr.AH != nil {
+		return errors.New("an RC QP sends to its connected peer: the work request has an address handle")
+	}
+	return nil
+}
+
+// established notes the first request on an RC connection: in RTR it raises the
+// communication-established event (the QP may move to RTS).
+func (q *QP) established() {
+	if !q.commEst {
+		q.commEst = true
+		if q.state == StateRTR {
+			q.dev.raise(Event{Type: EventCommEst, QP: q, Detail: "first packet received in RTR"})
+		}
+	}
 }
 
 // Holes reports a weakly-ordered QP's open holes: in the request PSNs it receives, with

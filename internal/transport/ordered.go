@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"net/netip"
+
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/wire"
 )
@@ -15,10 +17,16 @@ func (ordered) weak() bool { return false }
 
 // Responder.
 
-func (ordered) accepts(f uint32) bool          { return f&(wire.IsWeak|wire.IsUD) == 0 }
-func (ordered) request(q *QP, p *wire.Packet)  { q.resp.handleRequest(p) }
-func (ordered) flushTaken(*QP)                 {}
-func (ordered) response(q *QP, p *wire.Packet) { q.comp.orderedResponse(p) }
+func (ordered) accepts(f uint32) bool { return f&(wire.IsWeak|wire.IsUD) == 0 }
+func (ordered) request(q *QP, p *wire.Packet) {
+	q.established()
+	q.resp.handleRequest(p)
+}
+func (ordered) acceptsFrom(q *QP, from netip.AddrPort) bool { return rcFrom(q, from) }
+func (ordered) checkPost(_ *QP, wr *SendWR) error           { return rcCheckPost(wr) }
+func (ordered) transmitted(*QP)                             {}
+func (ordered) flushTaken(*QP)                              {}
+func (ordered) response(q *QP, p *wire.Packet)              { q.comp.orderedResponse(p) }
 
 func (ordered) ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN) {
 	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}

@@ -24,8 +24,25 @@ func packetsFor(n, mtu uint32) uint32 {
 	return uint32(max((uint64(n)+uint64(mtu)-1)/uint64(mtu), 1))
 }
 
+// Service is a QP's transport service.
+type Service uint8
+
+// Services.
+const (
+	ServiceRC Service = iota // reliable connected
+	ServiceUD                // unreliable datagram
+)
+
+func (s Service) String() string {
+	if s == ServiceUD {
+		return "UD"
+	}
+	return "RC"
+}
+
 // QPConfig holds what a QP is created with.
 type QPConfig struct {
+	Service        Service
 	PD             uint32
 	SendCQ, RecvCQ *CQ
 	SRQ            *RecvQueue // nil: the QP gets its own receive queue
@@ -50,6 +67,9 @@ type sendWQE struct {
 	imm        uint32
 	verr       uint32 // local error found at post time, reported when the WQE is reached
 	firstPSN   wire.PSN
+	ah         *AH    // UD: destination
+	remoteQPN  uint32 // UD
+	qkey       uint32 // UD: the Q_Key the datagram carries
 	npkts      uint32
 	doneCnt    uint32   // weak mode: PSNs acknowledged or answered
 	rsn        wire.PSN // weak mode: receive sequence number (SEND, WRITE with immediate)
@@ -68,6 +88,7 @@ func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
 // QP is a reliable-connected queue pair.
 type QP struct {
 	// Set at creation, read without a lock.
+	service    Service
 	dev        *Device
 	qpn        uint32
 	pd         uint32
@@ -134,8 +155,12 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 		c.MaxSendWR = 1
 	}
 	q := &QP{
-		dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
+		service: c.Service, dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
 		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1, mode: ordered{},
+	}
+	q.mode = q.initialMode()
+	if c.Service == ServiceUD {
+		q.mtu = uint32(wire.MTUBytes(wire.MTU4096)) // a UD message is one packet of up to the port's MTU
 	}
 	q.mu.rank = rankQP
 	q.txIdle.L = &q.mu
@@ -263,6 +288,8 @@ type Attr struct {
 	// requester's window; 0: DefaultMaxHole).
 	Ordering Ordering
 	MaxHole  uint32
+	// QKey is a UD QP's Q_Key: datagrams carrying another are dropped.
+	QKey uint32
 }
 
 // Ordering is a QP's delivery mode.
@@ -290,9 +317,31 @@ const (
 
 type transition struct{ req, opt uint32 }
 
-// transitions is the RC column of the IBTA/ibv_modify_qp state table: which attributes
+// transitions are the IBTA/ibv_modify_qp state tables, by service: which attributes
 // each transition requires and which it allows.
-var transitions = func() map[[2]QPState]transition {
+var transitions = [...]map[[2]QPState]transition{ServiceRC: rcTransitions, ServiceUD: udTransitions}
+
+// udTransitions is the UD column: no peer, no PSN to expect, no retries; a Q_Key.
+var udTransitions = func() map[[2]QPState]transition {
+	t := map[[2]QPState]transition{}
+	for s := StateReset; s <= StateErr; s++ {
+		t[[2]QPState{s, StateReset}] = transition{}
+		t[[2]QPState{s, StateErr}] = transition{}
+	}
+	t[[2]QPState{StateReset, StateInit}] = transition{req: MaskPKeyIndex | MaskPort | MaskQKey}
+	t[[2]QPState{StateInit, StateInit}] = transition{opt: MaskPKeyIndex | MaskPort | MaskQKey}
+	t[[2]QPState{StateInit, StateRTR}] = transition{opt: MaskPKeyIndex | MaskQKey}
+	t[[2]QPState{StateRTR, StateRTS}] = transition{req: MaskSQPSN, opt: MaskCurState | MaskQKey}
+	t[[2]QPState{StateRTS, StateRTS}] = transition{opt: MaskCurState | MaskQKey}
+	t[[2]QPState{StateRTS, StateSQD}] = transition{opt: MaskEnSQDAsyncNotif}
+	t[[2]QPState{StateSQD, StateRTS}] = transition{opt: MaskCurState | MaskQKey}
+	t[[2]QPState{StateSQD, StateSQD}] = transition{opt: MaskPKeyIndex | MaskQKey}
+	t[[2]QPState{StateSQE, StateRTS}] = transition{opt: MaskCurState | MaskQKey}
+	return t
+}()
+
+// rcTransitions is the RC column.
+var rcTransitions = func() map[[2]QPState]transition {
 	t := map[[2]QPState]transition{}
 	for s := StateReset; s <= StateErr; s++ {
 		t[[2]QPState{s, StateReset}] = transition{}
@@ -359,9 +408,9 @@ func (q *QP) modifyLocked(a *Attr, mask uint32, lim Limits) error {
 	if next > StateErr {
 		return fmt.Errorf("invalid QP state %d", next)
 	}
-	tr, ok := transitions[[2]QPState{cur, next}]
+	tr, ok := transitions[q.service][[2]QPState{cur, next}]
 	if !ok {
-		return fmt.Errorf("transition %v -> %v is not allowed for an RC QP", cur, next)
+		return fmt.Errorf("transition %v -> %v is not allowed for a %v QP", cur, next, q.service)
 	}
 	if missing := tr.req &^ mask; missing != 0 {
 		return fmt.Errorf("transition %v -> %v requires %s", cur, next, MaskString(missing))
@@ -496,6 +545,9 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 	if mask&MaskEnSQDAsyncNotif != 0 {
 		q.sqdNotify = a.SQDNotify
 	}
+	if mask&MaskQKey != 0 {
+		at.QKey = a.QKey
+	}
 	if mask&MaskOrdering != 0 {
 		at.Ordering, at.MaxHole = a.Ordering, a.MaxHole
 		if at.Ordering == Weak && at.MaxHole == 0 {
@@ -552,10 +604,12 @@ func (q *QP) resetQueues() {
 	opened, closed := q.mode.holeCounts()
 	q.stats.HolesOpened += opened
 	q.stats.HolesClosed += closed
-	q.mode, q.weak = ordered{}, nil
+	q.mode, q.weak = q.initialMode(), nil
 	q.commEst = false
 	q.attr = Attr{}
-	q.mtu = 0
+	if q.service != ServiceUD {
+		q.mtu = 0 // set again by ModifyQP (path MTU)
+	}
 }
 
 // errorState moves the QP to ERR because of a failure: the WQE at the tail (if the
@@ -656,6 +710,9 @@ func (q *QP) postOne(wr *SendWR) error {
 	if q.sqHead-q.sqTail == uint64(len(q.sq)) {
 		return ErrSQFull
 	}
+	if err := q.mode.checkPost(q, wr); err != nil {
+		return err
+	}
 	if len(wr.SG) > q.maxSendSGE {
 		return fmt.Errorf("%d SGEs exceed the QP's max_send_sge %d", len(wr.SG), q.maxSendSGE)
 	}
@@ -733,6 +790,10 @@ func (q *QP) postOne(wr *SendWR) error {
 	w.compareAdd = wr.CompareAdd
 	w.swap = wr.Swap
 	w.length = uint32(total)
+	w.ah, w.remoteQPN, w.qkey = wr.AH, wr.RemoteQPN, wr.RemoteQKey
+	if wr.RemoteQKey&0x80000000 != 0 {
+		w.qkey = q.attr.QKey // a controlled Q_Key: the QP's own is sent instead
+	}
 	q.sqHead++
 	return nil
 }

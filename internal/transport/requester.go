@@ -207,6 +207,12 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 	switch w.op {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
 		o := wire.BTHLen
+		if info.Flags&wire.HasDETH != 0 { // a datagram: to the WQE's QP, with its Q_Key
+			bth.DestQP = w.remoteQPN
+			deth := wire.DETH{QKey: w.qkey, SrcQP: q.qpn}
+			deth.Put(hdr[o:])
+			o += wire.DETHLen
+		}
 		if info.Flags&wire.HasRETH != 0 {
 			va := w.raddr
 			if ownVA {
@@ -221,7 +227,7 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 		}
 		bth.SE = last && w.flags&FlagSolicited != 0 && w.op != WRWrite
 		r.sinceAckReq++
-		if last || ackReq || r.sinceAckReq >= q.dev.cfg.AckReqEvery {
+		if info.Flags&wire.IsUD == 0 && (last || ackReq || r.sinceAckReq >= q.dev.cfg.AckReqEvery) {
 			bth.AckReq = true
 			r.sinceAckReq = 0
 		}
@@ -244,7 +250,11 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 	}
 	bth.PadCnt = uint8(wire.PadFor(payLen))
 	bth.Put(hdr)
-	q.emit(b, hdr, pay, payLen)
+	if w.ah != nil {
+		q.emitTo(b, &w.ah.addr, &w.ah.flow, hdr, pay, payLen)
+	} else {
+		q.emit(b, hdr, pay, payLen)
+	}
 	return next
 }
 

@@ -119,7 +119,7 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		q.stats.Dropped++
 		return
 	}
-	if q.peer == nil || from.Addr() != q.peer.AP.Addr() || q.attr.PeerSrcPort != 0 && from.Port() != q.attr.PeerSrcPort {
+	if !q.mode.acceptsFrom(q, from) {
 		q.stats.WrongSource++
 		return
 	}
@@ -133,12 +133,6 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		if !q.mode.accepts(p.Info.Flags) {
 			q.stats.WrongMode++
 			return
-		}
-		if !q.commEst {
-			q.commEst = true
-			if q.state == StateRTR {
-				q.dev.raise(Event{Type: EventCommEst, QP: q, Detail: "first packet received in RTR"})
-			}
 		}
 		q.mode.request(q, p)
 		return

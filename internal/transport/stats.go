@@ -14,6 +14,7 @@ type Stats struct {
 	WrongSource        uint64 // packets from an address other than the QP's peer
 	WrongMode          uint64 // packets whose opcode the QP's ordering mode does not use
 	Dropped            uint64 // packets dropped for the QP's state or a protocol error
+	QKeyErrors         uint64 // UD datagrams carrying another Q_Key
 
 	// Weakly-ordered mode.
 	PlacedOutOfOrder     uint64 // request packets placed while an earlier PSN was missing
@@ -46,6 +47,7 @@ func (s *Stats) add(o *Stats) {
 	s.WrongSource += o.WrongSource
 	s.WrongMode += o.WrongMode
 	s.Dropped += o.Dropped
+	s.QKeyErrors += o.QKeyErrors
 	s.PlacedOutOfOrder += o.PlacedOutOfOrder
 	s.HolesOpened += o.HolesOpened
 	s.HolesClosed += o.HolesClosed

@@ -28,13 +28,18 @@ func gather(segs [][]byte, off uint64, n int, dst [][]byte) [][]byte {
 	return dst
 }
 
-// emit completes a packet: pad, ICRC, and appends it to b.
+// emit completes a packet to the QP's peer: pad, ICRC, and appends it to b.
 func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
+	q.emitTo(b, q.peer, &q.txFlow, hdr, pay, payLen)
+}
+
+// emitTo completes a packet to addr, whose flow the ICRC covers, and appends it to b.
+func (q *QP) emitTo(b *netio.SendBatch, addr *netio.Addr, flow *wire.Flow, hdr []byte, pay [][]byte, payLen int) {
 	pad := wire.PadFor(payLen)
 	trailer := b.Alloc(pad + wire.ICRCLen)
 	clear(trailer[:pad])
-	wire.PutICRC(trailer[pad:], q.txFlow.ICRCParts(hdr, pay, trailer[:pad]))
-	b.Begin(q.peer)
+	wire.PutICRC(trailer[pad:], flow.ICRCParts(hdr, pay, trailer[:pad]))
+	b.Begin(addr)
 	b.Add(hdr)
 	for _, p := range pay {
 		b.Add(p)
@@ -65,6 +70,7 @@ func (q *QP) pushTxUnlock() {
 			_ = d.conn.Send(b)
 		}
 		q.mu.Lock()
+		q.mode.transmitted(q)
 		if !full && !q.txPending {
 			break
 		}

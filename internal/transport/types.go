@@ -73,6 +73,7 @@ const (
 
 // Work completion flags (ibv_wc_flags values).
 const (
+	WCFlagGRH     uint8 = 1 // the receive buffer starts with the 40-byte GRH area (UD)
 	WCFlagWithImm uint8 = 2
 )
 
@@ -126,6 +127,11 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64
 	Swap       uint64
+	// UD: where the datagram goes (address handle, QP number) and the Q_Key it carries
+	// (one with the high bit set means the QP's own Q_Key).
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // RecvWR is a receive work request.

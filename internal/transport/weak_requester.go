@@ -208,6 +208,9 @@ func (ws *weakState) beforeFill(q *QP, b *netio.SendBatch) (int64, bool) {
 	return now, q.fillRetransmits(b, now)
 }
 
+func (*weakState) checkPost(_ *QP, wr *SendWR) error { return rcCheckPost(wr) }
+func (*weakState) transmitted(*QP)                   {}
+
 // admit: in weak mode the window bounds the packets in flight, not PSNs past una.
 func (ws *weakState) admit(q *QP, _ *sendWQE, psn, end wire.PSN) bool {
 	return ws.inflight+uint32(end.Diff(psn))+1 <= ws.cap

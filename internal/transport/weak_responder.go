@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"net/netip"
+
 	"github.com/softrnic/softrnic/internal/holes"
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/tpt"
@@ -403,7 +405,11 @@ func (q *QP) flushTaken() {
 
 func (*weakState) accepts(f uint32) bool { return f&wire.IsWeak != 0 }
 
-func (*weakState) request(q *QP, p *wire.Packet) { q.weakRequest(p) }
+func (*weakState) request(q *QP, p *wire.Packet) {
+	q.established()
+	q.weakRequest(p)
+}
+func (*weakState) acceptsFrom(q *QP, from netip.AddrPort) bool { return rcFrom(q, from) }
 
 func (*weakState) flushTaken(q *QP) { q.flushTaken() }
 

@@ -1,0 +1,136 @@
+package transport
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softrnic/softrnic/internal/testutil"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// udSide is a device with one UD QP in RTS, Q_Key qkey.
+func udSide(t *testing.T, ip string, qkey uint32) *side {
+	t.Helper()
+	s := openSide(t, ip, Config{})
+	qp, err := s.d.CreateQP(QPConfig{Service: ServiceUD, PD: 1, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2})
+	must(t, err)
+	must(t, qp.Modify(&Attr{State: StateInit, Port: 1, QKey: qkey}, MaskState|MaskPKeyIndex|MaskPort|MaskQKey, lim))
+	must(t, qp.Modify(&Attr{State: StateRTR}, MaskState, lim))
+	must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: 0x123}, MaskState|MaskSQPSN, lim))
+	s.qp = qp
+	return s
+}
+
+// A datagram arrives with the GRH area before its payload, the sender's QP number and the
+// immediate; the send completes without an acknowledgement; a wrong Q_Key, a missing
+// receive WQE and a buffer too small for GRH + payload are each handled as UD does.
+func TestUDSendRecv(t *testing.T) {
+	a, b := udSide(t, "127.0.0.1", 0x1111), udSide(t, "127.0.0.2", 0x2222)
+	msg := bytes.Repeat([]byte("datagram"), 100) // 800 bytes
+	src := make([]byte, 4096)
+	copy(src, msg)
+	dst := make([]byte, 8192)
+	ms, md := reg(t, a.d, src), reg(t, b.d, dst)
+	ah, err := a.d.NewAH(b.d.LocalAddr())
+	must(t, err)
+	post := func(qkey uint32, n int) {
+		t.Helper()
+		_, err := a.qp.PostSend([]SendWR{{WRID: 7, Opcode: WRSendImm, Imm: 0xfeed, Flags: FlagSignaled, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey,
+			SG: []SGE{{Addr: ms.IOVA(), Length: uint32(n), LKey: ms.Key()}}}})
+		must(t, err)
+		if c := waitCQE(t, a.cq, 1)[0]; c.Status != StatusSuccess || c.WRID != 7 {
+			t.Fatalf("send completion %+v", c)
+		}
+	}
+	recv := func(wrid uint64, off, n int) {
+		t.Helper()
+		_, err := b.qp.PostRecv([]RecvWR{{WRID: wrid, SG: []SGE{{Addr: md.IOVA() + uint64(off), Length: uint32(n), LKey: md.Key()}}}})
+		must(t, err)
+	}
+
+	recv(1, 0, 4096)
+	post(0x2222, len(msg))
+	c := waitCQE(t, b.cq, 1)[0]
+	if c.Status != StatusSuccess || c.WRID != 1 || c.SrcQP != a.qp.QPN() || c.ByteLen != uint32(GRHLen+len(msg)) ||
+		c.Flags != WCFlagGRH|WCFlagWithImm || c.Imm != 0xfeed || c.Opcode != WCRecv {
+		t.Fatalf("receive completion %+v", c)
+	}
+	if !bytes.Equal(dst[GRHLen:GRHLen+len(msg)], msg) {
+		t.Fatal("payload not after the GRH area")
+	}
+	if src, ok := GRHSource(dst[:GRHLen]); !ok || src != netip.MustParseAddr("127.0.0.1") {
+		t.Fatalf("GRH source %v %v", src, ok)
+	}
+
+	// The wrong Q_Key: dropped and counted, the receive WQE stays for the next datagram.
+	recv(4, 0, 4096)
+	post(0x3333, 16)
+	// A controlled Q_Key (high bit) sends the QP's own, 0x1111: wrong for b too.
+	post(0x80000000, 16)
+	post(0x2222, 32)
+	c = waitCQE(t, b.cq, 1)[0]
+	if c.Status != StatusSuccess || c.ByteLen != GRHLen+32 {
+		t.Fatalf("after Q_Key errors: %+v", c)
+	}
+	if s := b.qp.Stats(); s.QKeyErrors != 2 {
+		t.Fatalf("Q_Key errors %d, want 2", s.QKeyErrors)
+	}
+
+	// No receive WQE: the datagram is dropped (then a posted one gets the next).
+	dropped := b.qp.Stats().Dropped
+	post(0x2222, 16)
+	for deadline := time.Now().Add(testutil.WaitLimit); b.qp.Stats().Dropped == dropped; b.cq.Progress() {
+		if time.Now().After(deadline) {
+			t.Fatal("the datagram with no receive WQE was never dropped")
+		}
+	}
+	recv(2, 0, 4096)
+	post(0x2222, 48)
+	if c = waitCQE(t, b.cq, 1)[0]; c.WRID != 2 || c.ByteLen != GRHLen+48 {
+		t.Fatalf("after a drop: %+v", c)
+	}
+
+	// A buffer with no room for GRH + payload: local length error.
+	recv(3, 0, GRHLen+10)
+	post(0x2222, 11)
+	if c = waitCQE(t, b.cq, 1)[0]; c.WRID != 3 || c.Status != StatusLocLenErr {
+		t.Fatalf("short buffer: %+v", c)
+	}
+}
+
+// What a UD QP refuses at post time, and what an RC QP refuses of UD.
+func TestUDPostChecks(t *testing.T) {
+	a := udSide(t, "127.0.0.1", 1)
+	src := make([]byte, 8192)
+	ms := reg(t, a.d, src)
+	ah, err := a.d.NewAH(netip.MustParseAddrPort("127.0.0.2:4791"))
+	must(t, err)
+	for _, c := range []struct {
+		wr   SendWR
+		want string
+	}{
+		{SendWR{Opcode: WRWrite, AH: ah}, "not supported on a UD QP"},
+		{SendWR{Opcode: WRSend}, "address handle"},
+		{SendWR{Opcode: WRSend, AH: ah, RemoteQPN: 1 << 24}, "24 bits"},
+		{SendWR{Opcode: WRSend, AH: ah, SG: []SGE{{Addr: ms.IOVA(), Length: 4097, LKey: ms.Key()}}}, "exceeds the MTU"},
+	} {
+		if _, err := a.qp.PostSend([]SendWR{c.wr}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.wr, err, c.want)
+		}
+	}
+	rc := openSide(t, "127.0.0.3", Config{})
+	b := openSide(t, "127.0.0.4", Config{})
+	connectMode(t, rc, b, wire.MTU1024, 1, 2, Ordered)
+	if _, err := rc.qp.PostSend([]SendWR{{Opcode: WRSend, AH: ah}}); err == nil || !strings.Contains(err.Error(), "address handle") {
+		t.Errorf("RC with an AH: %v", err)
+	}
+	// The UD state table: RTR needs nothing, INIT needs a Q_Key.
+	q, err := a.d.CreateQP(QPConfig{Service: ServiceUD, PD: 1, SendCQ: a.cq, RecvCQ: a.cq, MaxSendWR: 1, MaxRecvWR: 1})
+	must(t, err)
+	if err := q.Modify(&Attr{State: StateInit, Port: 1}, MaskState|MaskPKeyIndex|MaskPort, lim); err == nil || !strings.Contains(err.Error(), "QKEY") {
+		t.Errorf("UD INIT without Q_Key: %v", err)
+	}
+}
