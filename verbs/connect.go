@@ -93,6 +93,9 @@ const (
 // from the local PSN sqPSN. The QP accepts packets only from the remote device's address
 // and UDP port (AHAttr.SrcPort).
 func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
+	if q.init.QPType == QPTypeUD {
+		return fmt.Errorf("verbs: Connect: %w: a UD QP has no peer (address each datagram with an AH)", ErrInvalid)
+	}
 	if o.MTU == 0 {
 		o.MTU = MTU1024
 	}

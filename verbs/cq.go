@@ -89,6 +89,7 @@ type WCFlags uint32
 
 // Work completion flags.
 const (
+	WCGRH     WCFlags = 1 // UD: the receive buffer starts with the GRH area (GRHLen bytes)
 	WCWithImm WCFlags = 2 // ImmData is valid
 )
 

@@ -11,14 +11,29 @@ import (
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
-// QPType is the transport service of a QP (ibv_qp_type values). softrnic implements
-// reliable connection.
+// QPType is the transport service of a QP (ibv_qp_type values): reliable connection
+// or unreliable datagram.
 type QPType int
 
 // QP types.
 const (
 	QPTypeRC QPType = 2
+	// QPTypeUD is the unreliable datagram service: a QP sends one-packet SENDs (at most
+	// the 4096-byte MTU) to any UD QP through an address handle (CreateAH), with the
+	// peer's QP number and Q_Key in the work request; nothing acknowledges them. Receive
+	// buffers start with the 40-byte GRH area (ParseGRH). QP0 and QP1 are the device's.
+	QPTypeUD QPType = 4
 )
+
+func (t QPType) String() string {
+	switch t {
+	case QPTypeRC:
+		return "RC"
+	case QPTypeUD:
+		return "UD"
+	}
+	return fmt.Sprintf("QP type %d", int(t))
+}
 
 // QPCap are a QP's queue sizes (ibv_qp_cap).
 type QPCap struct {
@@ -38,13 +53,13 @@ type QPInitAttr struct {
 	// PostRecv on it fails.
 	SRQ *SRQ
 	Cap QPCap
-	// QPType must be QPTypeRC; zero means QPTypeRC.
+	// QPType is QPTypeRC (zero means QPTypeRC) or QPTypeUD.
 	QPType QPType
 	// SQSigAll makes every send work request signaled.
 	SQSigAll bool
 }
 
-// QP is a reliable-connected queue pair (ibv_qp).
+// QP is a queue pair (ibv_qp): reliable connected or unreliable datagram.
 type QP struct {
 	pd   *PD
 	qp   *transport.QP
@@ -55,7 +70,7 @@ type QP struct {
 	ah AHAttr // the address vector as last set, for QueryQP
 }
 
-// CreateQP creates an RC queue pair in the RESET state.
+// CreateQP creates a queue pair in the RESET state.
 func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if attr == nil {
 		return nil, fmt.Errorf("verbs: CreateQP: %w: nil attributes", ErrInvalid)
@@ -64,8 +79,13 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if a.QPType == 0 {
 		a.QPType = QPTypeRC
 	}
-	if a.QPType != QPTypeRC {
-		return nil, fmt.Errorf("verbs: CreateQP: %w: QP type %d (only RC is supported)", ErrInvalid, a.QPType)
+	service := transport.ServiceRC
+	switch a.QPType {
+	case QPTypeRC:
+	case QPTypeUD:
+		service = transport.ServiceUD
+	default:
+		return nil, fmt.Errorf("verbs: CreateQP: %w: %v (RC and UD are supported)", ErrInvalid, a.QPType)
 	}
 	c := pd.ctx
 	if a.SendCQ == nil || a.RecvCQ == nil {
@@ -110,7 +130,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("verbs: CreateQP: %w", err)
 	}
 	tq, err := c.dev.CreateQP(transport.QPConfig{
-		PD: pd.id, SendCQ: a.SendCQ.cq, RecvCQ: a.RecvCQ.cq, SRQ: srq,
+		Service: service, PD: pd.id, SendCQ: a.SendCQ.cq, RecvCQ: a.RecvCQ.cq, SRQ: srq,
 		MaxSendWR: cp.MaxSendWR, MaxRecvWR: cp.MaxRecvWR, MaxSendSGE: cp.MaxSendSGE,
 		MaxRecvSGE: cp.MaxRecvSGE, MaxInline: cp.MaxInlineData, SigAll: a.SQSigAll,
 	})
@@ -224,9 +244,12 @@ type AHAttr struct {
 	SrcPort uint16
 }
 
-// QPAttr are QP attributes (ibv_qp_attr fields used by RC QPs).
+// QPAttr are QP attributes (ibv_qp_attr fields used by RC and UD QPs).
 type QPAttr struct {
-	QPState          QPState
+	QPState QPState
+	// QKey is a UD QP's Q_Key (set on RESET->INIT, QPAttrQKey): datagrams that carry
+	// another are dropped and counted (Counters().QKeyErrors).
+	QKey             uint32
 	CurQPState       QPState
 	PathMTU          MTU
 	QPAccessFlags    AccessFlags
@@ -322,6 +345,7 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 		Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
 		Access: tpt.Access(attr.QPAccessFlags), PKeyIndex: attr.PKeyIndex, Port: attr.PortNum,
 		SQDNotify: attr.EnSQDAsyncNotify, Ordering: transport.Ordering(attr.Ordering), MaxHole: attr.MaxHole,
+		QKey: attr.QKey,
 	}
 	if attr.Ordering < OrderingOrdered || attr.Ordering > OrderingWeak {
 		ta.Ordering = 255
@@ -370,7 +394,7 @@ func (q *QP) QueryQP() (QPAttr, QPInitAttr) {
 		DestQPNum: a.DestQPN, RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), MaxRdAtomic: a.MaxRdAtomic,
 		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Cap: q.init.Cap,
-		Ordering: Ordering(a.Ordering), MaxHole: a.MaxHole,
+		Ordering: Ordering(a.Ordering), MaxHole: a.MaxHole, QKey: a.QKey,
 	}
 	q.mu.Lock()
 	attr.AHAttr = q.ah
@@ -422,6 +446,11 @@ type SendWR struct {
 	// CmpAndSwp's new value.
 	CompareAdd uint64
 	Swap       uint64
+	// UD (ibv_send_wr.wr.ud): the address handle of the peer's device, the peer QP's
+	// number and the Q_Key to send (one with the high bit set sends the QP's own Q_Key).
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // RecvWR is a receive work request (ibv_recv_wr).
@@ -463,6 +492,17 @@ func (q *QP) PostSend(wrs []SendWR) error {
 			buf[i] = transport.SendWR{
 				WRID: w.WRID, SG: w.SGList, Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
 				Imm: w.ImmData, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap,
+				RemoteQPN: w.RemoteQPN, RemoteQKey: w.RemoteQKey,
+			}
+			if w.AH != nil {
+				ah, err := w.AH.use(q.pd)
+				if err != nil {
+					if posted, perr := q.qp.PostSend(buf[:i]); perr != nil {
+						return &PostError{Index: done + posted, Err: postReason(perr)}
+					}
+					return &PostError{Index: done + i, Err: err}
+				}
+				buf[i].AH = ah
 			}
 		}
 		posted, err := q.qp.PostSend(buf[:n])
@@ -520,6 +560,7 @@ type Counters struct {
 	WrongSource        uint64 // packets from an address other than the QP's peer
 	WrongMode          uint64 // packets of the other ordering mode (weak vs ordered), dropped
 	Dropped            uint64 // packets dropped for the QP's state or a protocol violation
+	QKeyErrors         uint64 // UD: datagrams dropped for carrying another Q_Key
 	// Weakly-ordered mode.
 	PlacedOutOfOrder     uint64 // packets placed while an earlier PSN was missing
 	HolesOpened          uint64 // holes in the PSN space (request and response streams)
@@ -548,8 +589,8 @@ func countersFrom(s transport.Stats) Counters {
 		Retransmits: s.Retransmits, NAKsSent: s.NAKsSent, NAKsReceived: s.NAKsRecv,
 		RNRNAKsSent: s.RNRNAKsSent, RNRNAKsReceived: s.RNRNAKsRecv, Duplicates: s.Duplicates,
 		OutOfSequence: s.OutOfSequence, Timeouts: s.Timeouts, WrongSource: s.WrongSource,
-		WrongMode: s.WrongMode,
-		Dropped:   s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
+		WrongMode: s.WrongMode, QKeyErrors: s.QKeyErrors,
+		Dropped: s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
 		PlacedOutOfOrder: s.PlacedOutOfOrder, HolesOpened: s.HolesOpened, HolesClosed: s.HolesClosed,
 		SACKsSent: s.SACKsSent, SACKsReceived: s.SACKsRecv, SelectiveRetransmits: s.SelectiveRetransmits,
 		BeyondSpan: s.BeyondSpan,
