@@ -146,7 +146,7 @@ func TestDeviceLimits(t *testing.T) {
 		{"no send CQ", &verbs.QPInitAttr{RecvCQ: cq, Cap: ok}},
 		{"no receive CQ", &verbs.QPInitAttr{SendCQ: cq, Cap: ok}},
 		{"CQ of another device", &verbs.QPInitAttr{SendCQ: cq, RecvCQ: otherCQ, Cap: ok}},
-		{"QP type UD", &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ok, QPType: 4}},
+		{"QP type UC", &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: ok, QPType: 3}},
 	}
 	for _, c := range qpCases {
 		if qp, err := pd.CreateQP(c.attr); !limitErr(err) {
