@@ -204,16 +204,14 @@ type MRA struct {
 func (*MRA) Attr() AttrID { return AttrMRA }
 
 func (m *MRA) put(d []byte) {
-	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
-	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	putIDs(d, m.LocalCommID, m.RemoteCommID)
 	setBits(&d[8], 0, 2, m.MessageMRAed)
 	setBits(&d[9], 0, 5, m.ServiceTimeout)
 	copy(d[10:10+MRAPrivateLen], m.PrivateData[:])
 }
 
 func (m *MRA) get(d []byte) error {
-	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
-	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.LocalCommID, m.RemoteCommID = getIDs(d)
 	m.MessageMRAed = bits(d[8], 0, 2)
 	m.ServiceTimeout = bits(d[9], 0, 5)
 	copy(m.PrivateData[:], d[10:10+MRAPrivateLen])
@@ -250,8 +248,7 @@ type REJ struct {
 func (*REJ) Attr() AttrID { return AttrREJ }
 
 func (m *REJ) put(d []byte) {
-	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
-	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	putIDs(d, m.LocalCommID, m.RemoteCommID)
 	setBits(&d[8], 0, 2, m.MessageRejected)
 	setBits(&d[9], 0, 7, m.InfoLength)
 	binary.BigEndian.PutUint16(d[10:], m.Reason)
@@ -260,8 +257,7 @@ func (m *REJ) put(d []byte) {
 }
 
 func (m *REJ) get(d []byte) error {
-	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
-	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.LocalCommID, m.RemoteCommID = getIDs(d)
 	m.MessageRejected = bits(d[8], 0, 2)
 	m.InfoLength = bits(d[9], 0, 7)
 	m.Reason = binary.BigEndian.Uint16(d[10:])
@@ -295,8 +291,7 @@ type REP struct {
 func (*REP) Attr() AttrID { return AttrREP }
 
 func (m *REP) put(d []byte) {
-	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
-	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	putIDs(d, m.LocalCommID, m.RemoteCommID)
 	binary.BigEndian.PutUint32(d[8:], m.LocalQKey)
 	put24(d, 12, m.LocalQPN)
 	put24(d, 16, m.LocalEECN)
@@ -312,8 +307,7 @@ func (m *REP) put(d []byte) {
 }
 
 func (m *REP) get(d []byte) error {
-	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
-	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.LocalCommID, m.RemoteCommID = getIDs(d)
 	m.LocalQKey = binary.BigEndian.Uint32(d[8:])
 	m.LocalQPN = get24(d, 12)
 	m.LocalEECN = get24(d, 16)
@@ -339,14 +333,12 @@ type RTU struct {
 func (*RTU) Attr() AttrID { return AttrRTU }
 
 func (m *RTU) put(d []byte) {
-	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
-	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	putIDs(d, m.LocalCommID, m.RemoteCommID)
 	copy(d[8:8+RTUPrivateLen], m.PrivateData[:])
 }
 
 func (m *RTU) get(d []byte) error {
-	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
-	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.LocalCommID, m.RemoteCommID = getIDs(d)
 	copy(m.PrivateData[:], d[8:8+RTUPrivateLen])
 	return nil
 }
@@ -362,15 +354,13 @@ type DREQ struct {
 func (*DREQ) Attr() AttrID { return AttrDREQ }
 
 func (m *DREQ) put(d []byte) {
-	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
-	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	putIDs(d, m.LocalCommID, m.RemoteCommID)
 	put24(d, 8, m.RemoteQPN)
 	copy(d[12:12+DREQPrivateLen], m.PrivateData[:])
 }
 
 func (m *DREQ) get(d []byte) error {
-	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
-	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.LocalCommID, m.RemoteCommID = getIDs(d)
 	m.RemoteQPN = get24(d, 8)
 	copy(m.PrivateData[:], d[12:12+DREQPrivateLen])
 	return nil
@@ -386,14 +376,22 @@ type DREP struct {
 func (*DREP) Attr() AttrID { return AttrDREP }
 
 func (m *DREP) put(d []byte) {
-	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
-	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	putIDs(d, m.LocalCommID, m.RemoteCommID)
 	copy(d[8:8+DREPPrivateLen], m.PrivateData[:])
 }
 
 func (m *DREP) get(d []byte) error {
-	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
-	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.LocalCommID, m.RemoteCommID = getIDs(d)
 	copy(m.PrivateData[:], d[8:8+DREPPrivateLen])
 	return nil
+}
+
+// putIDs writes the local and remote communication IDs every message but REQ starts with.
+func putIDs(d []byte, local, remote uint32) {
+	binary.BigEndian.PutUint32(d[0:], local)
+	binary.BigEndian.PutUint32(d[4:], remote)
+}
+
+func getIDs(d []byte) (local, remote uint32) {
+	return binary.BigEndian.Uint32(d[0:]), binary.BigEndian.Uint32(d[4:])
 }
