@@ -47,8 +47,11 @@ type mode interface {
 	// Requester.
 
 	// checkPost refuses a work request the service does not take (e.g. an RDMA READ on
-	// a UD QP, an address handle on an RC QP), with the reason.
-	checkPost(q *QP, wr *SendWR) error
+	// a UD QP, an address handle on an RC QP), with the reason: its opcode, whether it has
+	// an address handle, its remote QP number and its length. (Scalars, not the work
+	// request: a pointer through an interface call would make the caller's work requests
+	// escape to the heap.)
+	checkPost(q *QP, op uint8, hasAH bool, remoteQPN uint32, length uint64) error
 	// transmitted runs after a batch holding the QP's requests was handed to the socket
 	// (UD completes its sends then: nothing acknowledges them).
 	transmitted(q *QP)
@@ -119,8 +122,8 @@ func rcFrom(q *QP, from netip.AddrPort) bool {
 }
 
 // rcCheckPost refuses what an RC QP does not take.
-func rcCheckPost(wr *SendWR) error {
-	if wr.AH != nil {
+func rcCheckPost(hasAH bool) error {
+	if hasAH {
 		return errors.New("an RC QP sends to its connected peer: the work request has an address handle")
 	}
 	return nil

@@ -23,10 +23,12 @@ func (ordered) request(q *QP, p *wire.Packet) {
 	q.resp.handleRequest(p)
 }
 func (ordered) acceptsFrom(q *QP, from netip.AddrPort) bool { return rcFrom(q, from) }
-func (ordered) checkPost(_ *QP, wr *SendWR) error           { return rcCheckPost(wr) }
-func (ordered) transmitted(*QP)                             {}
-func (ordered) flushTaken(*QP)                              {}
-func (ordered) response(q *QP, p *wire.Packet)              { q.comp.orderedResponse(p) }
+func (ordered) checkPost(_ *QP, _ uint8, hasAH bool, _ uint32, _ uint64) error {
+	return rcCheckPost(hasAH)
+}
+func (ordered) transmitted(*QP)                {}
+func (ordered) flushTaken(*QP)                 {}
+func (ordered) response(q *QP, p *wire.Packet) { q.comp.orderedResponse(p) }
 
 func (ordered) ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN) {
 	bth := wire.BTH{Opcode: wire.OpAcknowledge, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}

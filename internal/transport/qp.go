@@ -710,7 +710,11 @@ func (q *QP) postOne(wr *SendWR) error {
 	if q.sqHead-q.sqTail == uint64(len(q.sq)) {
 		return ErrSQFull
 	}
-	if err := q.mode.checkPost(q, wr); err != nil {
+	var length uint64
+	for _, s := range wr.SG {
+		length += uint64(s.Length)
+	}
+	if err := q.mode.checkPost(q, wr.Opcode, wr.AH != nil, wr.RemoteQPN, length); err != nil {
 		return err
 	}
 	if len(wr.SG) > q.maxSendSGE {

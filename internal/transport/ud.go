@@ -136,21 +136,16 @@ func GRHSource(grh []byte) (netip.Addr, bool) {
 // errUDOp and friends say why a UD work request was refused.
 var errUDNoAH = errors.New("a UD work request needs an address handle")
 
-func (ud) checkPost(q *QP, wr *SendWR) error {
+func (ud) checkPost(q *QP, op uint8, hasAH bool, remoteQPN uint32, length uint64) error {
 	switch {
-	case wr.Opcode != WRSend && wr.Opcode != WRSendImm:
-		return fmt.Errorf("opcode %d is not supported on a UD QP (SEND and SEND with immediate are)", wr.Opcode)
-	case wr.AH == nil:
+	case op != WRSend && op != WRSendImm:
+		return fmt.Errorf("opcode %d is not supported on a UD QP (SEND and SEND with immediate are)", op)
+	case !hasAH:
 		return errUDNoAH
-	case wr.RemoteQPN > wire.PSNMask:
-		return fmt.Errorf("remote QPN %#x does not fit 24 bits", wr.RemoteQPN)
-	}
-	var total uint64
-	for _, s := range wr.SG {
-		total += uint64(s.Length)
-	}
-	if total > uint64(q.mtu) {
-		return fmt.Errorf("a UD message of %d bytes exceeds the MTU of %d", total, q.mtu)
+	case remoteQPN > wire.PSNMask:
+		return fmt.Errorf("remote QPN %#x does not fit 24 bits", remoteQPN)
+	case length > uint64(q.mtu):
+		return fmt.Errorf("a UD message of %d bytes exceeds the MTU of %d", length, q.mtu)
 	}
 	return nil
 }

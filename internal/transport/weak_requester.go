@@ -208,8 +208,10 @@ func (ws *weakState) beforeFill(q *QP, b *netio.SendBatch) (int64, bool) {
 	return now, q.fillRetransmits(b, now)
 }
 
-func (*weakState) checkPost(_ *QP, wr *SendWR) error { return rcCheckPost(wr) }
-func (*weakState) transmitted(*QP)                   {}
+func (*weakState) checkPost(_ *QP, _ uint8, hasAH bool, _ uint32, _ uint64) error {
+	return rcCheckPost(hasAH)
+}
+func (*weakState) transmitted(*QP) {}
 
 // admit: in weak mode the window bounds the packets in flight, not PSNs past una.
 func (ws *weakState) admit(q *QP, _ *sendWQE, psn, end wire.PSN) bool {
