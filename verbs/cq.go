@@ -105,6 +105,11 @@ type WorkCompletion struct {
 	QPNum     uint32
 	SrcQP     uint32
 	WCFlags   WCFlags
+	// SrcPort (a softrnic extension, UD receives only) is the datagram's UDP source port.
+	// A softrnic device sends from the port it listens on, so this is where to answer it
+	// (the GRH area holds its IP address); a standard RoCEv2 peer picks a source port as
+	// flow entropy and listens on 4791.
+	SrcPort uint16
 }
 
 // CQ is a completion queue (ibv_cq).
@@ -349,7 +354,7 @@ func (cq *CQ) poll(wc []WorkCompletion) int {
 			e := &buf[i]
 			wc[total+i] = WorkCompletion{
 				WRID: e.WRID, Status: WCStatus(e.Status), Opcode: WCOpcode(e.Opcode), VendorErr: VendorErr(e.VendorErr),
-				ByteLen: e.ByteLen, ImmData: e.Imm, QPNum: e.QPN, SrcQP: e.SrcQP, WCFlags: WCFlags(e.Flags),
+				ByteLen: e.ByteLen, ImmData: e.Imm, QPNum: e.QPN, SrcQP: e.SrcQP, WCFlags: WCFlags(e.Flags), SrcPort: e.SrcPort,
 			}
 		}
 		total += k

@@ -42,7 +42,8 @@ func (r *udRig) ah(t *testing.T, from, to int) *verbs.AH {
 }
 
 // One UD QP sends datagrams to two QPs on another device through one address handle;
-// each arrives after the 40-byte GRH area, names the sender's QP and device (ParseGRH),
+// each arrives after the 40-byte GRH area, names the sender's QP and device (ParseGRH and
+// SrcPort),
 // carries its immediate; a datagram with the wrong Q_Key is dropped and counted.
 func TestUDSendRecv(t *testing.T) {
 	r := newUDRig(t)
@@ -70,6 +71,9 @@ func TestUDSendRecv(t *testing.T) {
 		buf := dst.Buf()[i*8192:]
 		if gid, ok := verbs.ParseGRH(buf[:verbs.GRHLen]); !ok || gid != verbs.GIDFromAddr(verbstest.IPA) {
 			t.Errorf("datagram %d: GRH source %v %v", i, gid, ok)
+		}
+		if wc.SrcPort != r.ctx[0].Addr().Port() {
+			t.Errorf("datagram %d: source port %d, want the sending device's %d", i, wc.SrcPort, r.ctx[0].Addr().Port())
 		}
 		if !bytes.Equal(buf[verbs.GRHLen:verbs.GRHLen+1000+i], src.Buf()[:1000+i]) {
 			t.Errorf("datagram %d: payload differs", i)

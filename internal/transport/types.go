@@ -105,6 +105,7 @@ type CQE struct {
 	Status    uint8
 	Opcode    uint8
 	Flags     uint8
+	SrcPort   uint16 // UD: the datagram's UDP source port
 	solicited bool
 	srq       bool // a receive completion of a QP on an SRQ (counted when polled)
 }

@@ -48,7 +48,7 @@ func (ud) request(q *QP, p *wire.Packet) {
 	if q.srq {
 		q.srqTaken++
 	}
-	e := CQE{WRID: w.wrID, QPN: q.qpn, SrcQP: p.DETH.SrcQP, Opcode: WCRecv, srq: q.srq, solicited: p.BTH.SE}
+	e := CQE{WRID: w.wrID, QPN: q.qpn, SrcQP: p.DETH.SrcQP, SrcPort: q.dev.rxFrom.Port(), Opcode: WCRecv, srq: q.srq, solicited: p.BTH.SE}
 	n := GRHLen + len(p.Payload)
 	switch {
 	case w.verr != 0:
