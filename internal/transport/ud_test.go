@@ -12,16 +12,25 @@ import (
 )
 
 // udSide is a device with one UD QP in RTS, Q_Key qkey.
-func udSide(t *testing.T, ip string, qkey uint32) *side {
+func udSide(t testing.TB, ip string, qkey uint32) *side { return udSideCfg(t, ip, qkey, Config{}) }
+
+// udSideCfg is udSide on a device with configuration cfg.
+func udSideCfg(t testing.TB, ip string, qkey uint32, cfg Config) *side {
 	t.Helper()
-	s := openSide(t, ip, Config{})
+	s := openSide(t, ip, cfg)
 	qp, err := s.d.CreateQP(QPConfig{Service: ServiceUD, PD: 1, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2})
 	must(t, err)
+	s.qp = qp
+	udUp(t, qp, qkey)
+	return s
+}
+
+// udUp brings a UD QP from RESET to RTS with Q_Key qkey.
+func udUp(t testing.TB, qp *QP, qkey uint32) {
+	t.Helper()
 	must(t, qp.Modify(&Attr{State: StateInit, Port: 1, QKey: qkey}, MaskState|MaskPKeyIndex|MaskPort|MaskQKey, lim))
 	must(t, qp.Modify(&Attr{State: StateRTR}, MaskState, lim))
 	must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: 0x123}, MaskState|MaskSQPSN, lim))
-	s.qp = qp
-	return s
 }
 
 // A datagram arrives with the GRH area before its payload, the sender's QP number and the
