@@ -152,6 +152,7 @@ type Context struct {
 	srqs   int
 	closed bool
 	done   chan struct{} // closed by Close: wakes every waiter
+	gsi    *gsi          // QP1 and its agent (gsi.go)
 	events eventQueue
 
 	hs    atomic.Pointer[handlerSet] // completion handlers
@@ -252,6 +253,10 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		PhysPortCnt:     1,
 	}
 	d.OnEvent = c.onEvent
+	if err := c.openGSI(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("verbs: open device: QP1: %w", err)
+	}
 	return c, nil
 }
 

@@ -295,13 +295,31 @@ func (d *Device) allocQPN(q *QP) error {
 	return nil
 }
 
+// GSIQPN is the QP number of the general services interface (QP1).
+const GSIQPN = 1
+
+// claimGSI makes q the device's QP1.
+func (d *Device) claimGSI(q *QP) error {
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	if d.qps.Load(GSIQPN) != nil {
+		return errors.New("the device already has its GSI QP")
+	}
+	q.qpn = GSIQPN
+	d.qps.Store(GSIQPN, q)
+	d.qpSet[q] = struct{}{}
+	return nil
+}
+
 func (d *Device) freeQPN(q *QP) {
 	d.qpMu.Lock()
 	if d.qps.Load(q.qpn) == q {
 		d.qps.Store(q.qpn, nil)
-		d.qpns.Free(q.qpn)
 		delete(d.qpSet, q)
-		d.qpCount--
+		if q.qpn != GSIQPN {
+			d.qpns.Free(q.qpn)
+			d.qpCount--
+		}
 	}
 	q.mu.Lock()
 	st := q.statsLocked()

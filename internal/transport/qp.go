@@ -52,6 +52,10 @@ type QPConfig struct {
 	MaxRecvSGE     int
 	MaxInline      int
 	SigAll         bool
+	// GSI makes the QP the device's general services interface: a UD QP with QP number
+	// 1, the one CM MADs are sent to. There is at most one; it does not count against
+	// MaxQP.
+	GSI bool
 }
 
 // sendWQE is a posted send work request plus the transport's bookkeeping for it.
@@ -176,8 +180,17 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	} else {
 		q.rq = d.NewRecvQueue(c.PD, max(c.MaxRecvWR, 1), c.MaxRecvSGE, false)
 	}
+	if c.GSI && c.Service != ServiceUD {
+		return nil, errors.New("the GSI QP is a UD QP")
+	}
 	q.resp.init(q)
 	q.req.q, q.comp.q = q, q
+	if c.GSI {
+		if err := d.claimGSI(q); err != nil {
+			return nil, err
+		}
+		return q, nil
+	}
 	if err := d.allocQPN(q); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,40 @@
+package verbs_test
+
+import (
+	"testing"
+
+	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/verbstest"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// Every device answers CM MADs on QP1: a ConnectRequest for a service nobody listens on
+// is rejected with "invalid service ID", to the sender's QP and port, with the request's
+// transaction and communication IDs; a MAD that is not a REQ gets no answer.
+func TestQP1RejectsWithoutListener(t *testing.T) {
+	r := newUDRig(t)
+	qp := verbstest.NewUDQP(t, r.pd[0], r.cq[0], mad.GSIQKey)
+	buf := verbstest.MustReg(t, r.pd[0], make([]byte, 4096), verbs.AccessLocalWrite)
+	verbstest.MustPostRecv(t, qp, verbs.RecvWR{WRID: 1, SGList: verbstest.SGL(buf, 0, 2048)})
+	ah := r.ah(t, 0, 1)
+	send := func(m mad.Message, tid uint64) {
+		t.Helper()
+		mad.Put(buf.Buf()[2048:2048+mad.Size], tid, m)
+		verbstest.MustPostSend(t, qp, verbs.SendWR{WRID: tid, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: verbstest.SGL(buf, 2048, mad.Size), AH: ah, RemoteQPN: 1, RemoteQKey: mad.GSIQKey})
+		verbstest.WantSendWC(t, verbstest.PollOne(t, r.cq[0]), tid, verbs.WCSend, qp)
+	}
+	// An RTU first: no answer. Then a REQ: a REJ.
+	send(&mad.RTU{LocalCommID: 5, RemoteCommID: 6}, 0x1)
+	send(&mad.REQ{LocalCommID: 0xC0FFEE, ServiceID: mad.ServiceID(7471), LocalQPN: qp.QPNum()}, 0x77)
+	wc := verbstest.PollOne(t, r.cq[0])
+	if wc.Status != verbs.WCSuccess || wc.WRID != 1 || wc.SrcQP != 1 || wc.ByteLen != verbs.GRHLen+mad.Size {
+		t.Fatalf("answer: %+v", wc)
+	}
+	var rej mad.REJ
+	h, err := mad.Decode(buf.Buf()[verbs.GRHLen:verbs.GRHLen+mad.Size], &rej)
+	if err != nil || h.TID != 0x77 || rej.RemoteCommID != 0xC0FFEE || rej.Reason != mad.RejInvalidServiceID || rej.MessageRejected != mad.MsgREQ {
+		t.Fatalf("answer %+v %+v (%v), want a REJ of the REQ for an invalid service ID", h, rej, err)
+	}
+	verbstest.ExpectEmpty(t, r.cq[0], "a second answer")
+}
