@@ -17,17 +17,32 @@ func TestQP1RejectsWithoutListener(t *testing.T) {
 	buf := verbstest.MustReg(t, r.pd[0], make([]byte, 4096), verbs.AccessLocalWrite)
 	verbstest.MustPostRecv(t, qp, verbs.RecvWR{WRID: 1, SGList: verbstest.SGL(buf, 0, 2048)})
 	ah := r.ah(t, 0, 1)
-	send := func(m mad.Message, tid uint64) {
+	// The send's completion and the answer's come on the same CQ, in either order.
+	var answer *verbs.WorkCompletion
+	send := func(m mad.Message, tid uint64, answered bool) {
 		t.Helper()
 		mad.Put(buf.Buf()[2048:2048+mad.Size], tid, m)
 		verbstest.MustPostSend(t, qp, verbs.SendWR{WRID: tid, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 			SGList: verbstest.SGL(buf, 2048, mad.Size), AH: ah, RemoteQPN: 1, RemoteQKey: mad.GSIQKey})
-		verbstest.WantSendWC(t, verbstest.PollOne(t, r.cq[0]), tid, verbs.WCSend, qp)
+		n := 1
+		if answered {
+			n = 2
+		}
+		for _, wc := range verbstest.PollN(t, r.cq[0], n) {
+			if wc.Opcode == verbs.WCSend {
+				verbstest.WantSendWC(t, wc, tid, verbs.WCSend, qp)
+			} else {
+				answer = &wc
+			}
+		}
 	}
 	// An RTU first: no answer. Then a REQ: a REJ.
-	send(&mad.RTU{LocalCommID: 5, RemoteCommID: 6}, 0x1)
-	send(&mad.REQ{LocalCommID: 0xC0FFEE, ServiceID: mad.ServiceID(7471), LocalQPN: qp.QPNum()}, 0x77)
-	wc := verbstest.PollOne(t, r.cq[0])
+	send(&mad.RTU{LocalCommID: 5, RemoteCommID: 6}, 0x1, false)
+	send(&mad.REQ{LocalCommID: 0xC0FFEE, ServiceID: mad.ServiceID(7471), LocalQPN: qp.QPNum()}, 0x77, true)
+	if answer == nil {
+		t.Fatal("no answer to the REQ")
+	}
+	wc := *answer
 	if wc.Status != verbs.WCSuccess || wc.WRID != 1 || wc.SrcQP != 1 || wc.ByteLen != verbs.GRHLen+mad.Size {
 		t.Fatalf("answer: %+v", wc)
 	}
