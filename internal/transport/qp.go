@@ -723,11 +723,11 @@ func (q *QP) postOne(wr *SendWR) error {
 	if q.sqHead-q.sqTail == uint64(len(q.sq)) {
 		return ErrSQFull
 	}
-	var length uint64
+	var total uint64 // the message's length
 	for _, s := range wr.SG {
-		length += uint64(s.Length)
+		total += uint64(s.Length)
 	}
-	if err := q.mode.checkPost(q, wr.Opcode, wr.AH != nil, wr.RemoteQPN, length); err != nil {
+	if err := q.mode.checkPost(q, wr.Opcode, wr.AH != nil, wr.RemoteQPN, total); err != nil {
 		return err
 	}
 	if len(wr.SG) > q.maxSendSGE {
@@ -736,7 +736,6 @@ func (q *QP) postOne(wr *SendWR) error {
 	w := &q.sq[q.sqHead%uint64(len(q.sq))]
 	w.segs = w.segs[:0]
 	w.verr = 0
-	var total uint64
 	inline := wr.Flags&FlagInline != 0
 	switch wr.Opcode {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
@@ -756,9 +755,6 @@ func (q *QP) postOne(wr *SendWR) error {
 	}
 	if inline {
 		w.inline = w.inline[:0]
-		for _, s := range wr.SG {
-			total += uint64(s.Length)
-		}
 		if total > uint64(q.maxInline) {
 			return fmt.Errorf("inline data of %d bytes exceeds the QP's max_inline_data %d", total, q.maxInline)
 		}
@@ -780,7 +776,6 @@ func (q *QP) postOne(wr *SendWR) error {
 			need = tpt.LocalWrite
 		}
 		for _, s := range wr.SG {
-			total += uint64(s.Length)
 			b, st := q.dev.mrs.Check(s.LKey, q.pd, s.Addr, uint64(s.Length), need)
 			if st != tpt.OK {
 				if w.verr == 0 {
