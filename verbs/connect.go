@@ -89,13 +89,9 @@ const (
 	ZeroMaxRdAtomic
 )
 
-// Connect moves a QP in RESET through INIT and RTR to RTS, connected to remote, sending
-// from the local PSN sqPSN. The QP accepts packets only from the remote device's address
-// and UDP port (AHAttr.SrcPort).
-func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
-	if q.init.QPType == QPTypeUD {
-		return fmt.Errorf("verbs: Connect: %w: a UD QP has no peer (address each datagram with an AH)", ErrInvalid)
-	}
+// WithDefaults returns the options Connect applies: zero fields replaced by the defaults
+// ConnectOptions names, except those listed in Zero.
+func (o ConnectOptions) WithDefaults() ConnectOptions {
 	if o.MTU == 0 {
 		o.MTU = MTU1024
 	}
@@ -115,6 +111,17 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	def(&o.RNRRetry, ZeroRNRRetry, 7)
 	def(&o.MinRNRTimer, ZeroMinRNRTimer, 12)
 	def(&o.MaxRdAtomic, ZeroMaxRdAtomic, 16)
+	return o
+}
+
+// Connect moves a QP in RESET (or INIT) through INIT and RTR to RTS, connected to remote, sending
+// from the local PSN sqPSN. The QP accepts packets only from the remote device's address
+// and UDP port (AHAttr.SrcPort).
+func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
+	if q.init.QPType == QPTypeUD {
+		return fmt.Errorf("verbs: Connect: %w: a UD QP has no peer (address each datagram with an AH)", ErrInvalid)
+	}
+	o = o.WithDefaults()
 	ordering := OrderingOrdered
 	var maxHole uint32
 	if o.Ordering == OrderingWeak && remote.Ordering == OrderingWeak {

@@ -265,6 +265,9 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 // ErrClosed (PollCQ returns no more completions; CQ.Wait returns ErrClosed), and every
 // goroutine waiting in GetCQEvent, GetAsyncEvent or CQ.Wait is woken and gets ErrClosed.
 func (c *Context) Close() error {
+	if c.gsi != nil {
+		c.gsi.closing() // the connection manager's last DisconnectRequests go out first
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -1,0 +1,292 @@
+package cm
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// DialParams are what Dial offers; every field may be left zero.
+type DialParams struct {
+	// PrivateData goes to the listener with the request (at most 56 bytes).
+	PrivateData []byte
+	// DevicePort is the peer device's UDP port (0: 4791, the RoCEv2 port).
+	DevicePort uint16
+	// Options are the QP attributes this side wants (verbs.ConnectOptions; zero
+	// fields take its defaults). MTU, MaxRdAtomic and Ordering are offers that the
+	// peer may lower; RetryCnt and RNRRetry are also the values the listener's QP uses.
+	Options verbs.ConnectOptions
+	// ResponseTimeout is how long to wait for the listener's answer before resending
+	// the request (DefaultResponseTimeout); MaxRetries how many times to resend
+	// (DefaultMaxRetries; at most 15, the field's limit; negative: none).
+	ResponseTimeout time.Duration
+	MaxRetries      int
+	// KeepAlive is how often the peer device is probed once connected
+	// (DefaultKeepAlive; negative: never, and a vanished peer goes unnoticed).
+	KeepAlive time.Duration
+}
+
+func (p *DialParams) retries() int {
+	switch {
+	case p.MaxRetries < 0:
+		return 0
+	case p.MaxRetries == 0:
+		return DefaultMaxRetries
+	}
+	return min(p.MaxRetries, 15)
+}
+
+func keepAliveOr(d time.Duration) time.Duration {
+	if d == 0 {
+		return DefaultKeepAlive
+	}
+	return d
+}
+
+// InitQP moves an RC QP from RESET to INIT with the given remote access, so that
+// receives can be posted before Dial or Accept (as rdma_create_qp leaves a QP).
+func InitQP(qp *verbs.QP, access verbs.AccessFlags) error {
+	return qp.ModifyQP(&verbs.QPAttr{QPState: verbs.StateInit, PortNum: 1, QPAccessFlags: access},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+}
+
+// checkQP checks that qp is an RC QP of dev in RESET or INIT.
+func checkQP(dev *verbs.Context, qp *verbs.QP) error {
+	if qp == nil {
+		return fmt.Errorf("cm: nil QP")
+	}
+	if qp.PD().Context() != dev {
+		return fmt.Errorf("cm: QP %#x belongs to another device", qp.QPNum())
+	}
+	_, init := qp.QueryQP()
+	if init.QPType != verbs.QPTypeRC {
+		return fmt.Errorf("cm: QP %#x is %v: only RC QPs are connected", qp.QPNum(), init.QPType)
+	}
+	if s := qp.State(); s != verbs.StateReset && s != verbs.StateInit {
+		return fmt.Errorf("cm: QP %#x is in %v, not RESET or INIT: %w", qp.QPNum(), s, ErrState)
+	}
+	return nil
+}
+
+// Dial connects qp (an RC QP of dev in RESET or INIT) to the listener on remote's port
+// at the device with remote's address, as rdma_connect does. It returns when the QP is
+// in RTS and ReadyToUse was sent, with the listener's private data, or with an error:
+// a *RejectError (errors.Is ErrRejected, ErrNoListener for no listener), ErrTimeout
+// (no answer after the retries), the context's error, or a check of the arguments. On
+// error the QP is left in INIT (reject, timeout, cancellation) and may dial again.
+func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *verbs.QP, p *DialParams) (*Conn, error) {
+	if p == nil {
+		p = &DialParams{}
+	}
+	if len(p.PrivateData) > mad.CMAPrivateMax {
+		return nil, fmt.Errorf("%w: %d bytes, a connect carries at most %d", ErrPrivateData, len(p.PrivateData), mad.CMAPrivateMax)
+	}
+	if !remote.Addr().IsValid() {
+		return nil, fmt.Errorf("cm: Dial: invalid address %v", remote)
+	}
+	m, err := managerFor(dev)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkQP(dev, qp); err != nil {
+		return nil, err
+	}
+	o := p.Options.WithDefaults()
+	if !validMTU(o.MTU) {
+		return nil, fmt.Errorf("cm: Dial: invalid MTU %d", o.MTU)
+	}
+	if qp.State() == verbs.StateReset {
+		if err := InitQP(qp, o.Access); err != nil {
+			return nil, err
+		}
+	}
+	devPort := p.DevicePort
+	if devPort == 0 {
+		devPort = 4791
+	}
+	peer := netip.AddrPortFrom(remote.Addr().Unmap(), devPort)
+	// Wait for a turn: at most MaxREQInFlight requests unanswered per device.
+	select {
+	case m.reqSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	timeout := p.ResponseTimeout
+	if timeout <= 0 {
+		timeout = DefaultResponseTimeout
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		<-m.reqSlots
+		return nil, fmt.Errorf("cm: Dial: %w", ErrClosed)
+	}
+	c := m.newConn(true, peer)
+	c.holdsSlot = true
+	c.qp, c.params, c.timeout, c.maxRetries, c.keepAlive = qp, o, timeout, p.retries(), keepAliveOr(p.KeepAlive)
+	psn := verbs.RandomPSN()
+	local := m.local.Addr()
+	req := mad.REQ{
+		LocalCommID: c.id, ServiceID: mad.ServiceID(remote.Port()), LocalCAGUID: m.guid,
+		LocalQPN: qp.QPNum(), ResponderResources: o.MaxRdAtomic, InitiatorDepth: o.MaxRdAtomic,
+		LocalEECN:               ext(o.Ordering, o.MaxHole, o.MTU),
+		RemoteCMResponseTimeout: timeoutCode(timeout), LocalCMResponseTimeout: timeoutCode(timeout),
+		TransportType: mad.TransportRC, StartingPSN: psn, RetryCount: o.RetryCnt & 7, RNRRetryCount: o.RNRRetry & 7,
+		PKey: 0xFFFF, PathMTU: uint8(o.MTU), MaxCMRetries: uint8(c.maxRetries),
+		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: mad.GID(local), RemoteGID: mad.GID(peer.Addr()),
+			HopLimit: 64, LocalACKTimeout: o.Timeout & 0x1F},
+	}
+	if _, init := qp.QueryQP(); init.SRQ != nil {
+		req.SRQ = true
+	}
+	h := mad.CMAHeader{SrcPort: m.local.Port(), Src: local, Dst: peer.Addr()}
+	h.Put(req.PrivateData[:])
+	copy(req.PrivateData[mad.CMAHeaderLen:], p.PrivateData)
+	c.req = req
+	c.sendREQ(psn)
+	m.mu.Unlock()
+
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		m.mu.Lock()
+		if !c.readyDone {
+			// Give up: tell the listener, so that it keeps nothing half-open.
+			m.stats.REJSent++
+			c.keep(&mad.REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: mad.MsgREQ, Reason: mad.RejTimeout})
+			c.finish(ctx.Err())
+			c.end(ctx.Err())
+			c.timewait()
+		} else if c.readyErr == nil {
+			// Established just now: undo, the caller gets the context's error.
+			c.toErr()
+			c.state = stDreqSent
+			c.sendDREQ()
+			c.arm(c.timeout)
+			c.end(ctx.Err())
+		}
+		m.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	if c.readyErr != nil {
+		return nil, c.readyErr
+	}
+	return newConn(c), nil
+}
+
+// sendREQ sends the request and arms its timer (mu held).
+func (c *conn) sendREQ(psn uint32) {
+	c.state = stReqSent
+	c.m.stats.REQSent++
+	c.keep(&c.req)
+	c.arm(c.timeout)
+	_ = psn
+}
+
+// onREP: the listener accepted. Configure the QP from the negotiated parameters, move it
+// to RTS and send RTU. A duplicate REP (our RTU was lost) gets the RTU again (mu held).
+func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
+	c := m.lookup(src, r.RemoteCommID)
+	if c == nil || !c.active {
+		return false
+	}
+	switch c.state {
+	case stReqSent:
+	case stEstablished, stDreqSent, stTimewait:
+		if r.LocalCommID == c.remoteID && c.state == stEstablished {
+			m.stats.RTUSent++
+			m.sendOnce(c.peer, c.tid, &mad.RTU{LocalCommID: c.id, RemoteCommID: c.remoteID})
+			return true
+		}
+		return false
+	default:
+		return false
+	}
+	if r.LocalQPN == 0 || r.LocalQPN == 1 {
+		return false
+	}
+	c.remoteID, c.peerQPN = r.LocalCommID, r.LocalQPN
+	c.peerData = append([]byte(nil), r.PrivateData[:]...)
+	o := c.params
+	e := parseExt(r.LocalEECN)
+	if e.ok && validMTU(e.mtu) && e.mtu < o.MTU {
+		o.MTU = e.mtu
+	}
+	o.MaxRdAtomic = min(o.MaxRdAtomic, r.ResponderResources)
+	o.RNRRetry = r.RNRRetryCount
+	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: r.LocalQPN, PSN: r.StartingPSN}
+	if e.weak && o.Ordering == verbs.OrderingWeak {
+		remote.Ordering, remote.MaxHole = verbs.OrderingWeak, e.maxHole
+		c.ordering = verbs.OrderingWeak
+	} else {
+		o.Ordering = verbs.OrderingOrdered
+	}
+	zeroes(&o)
+	if err := c.qp.Connect(c.req.StartingPSN, remote, o); err != nil {
+		rej := mad.REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: mad.MsgREP, Reason: mad.RejNoQP}
+		m.stats.REJSent++
+		c.keep(&rej)
+		c.finish(fmt.Errorf("cm: Dial: configuring QP %#x: %w", c.qp.QPNum(), err))
+		c.timewait()
+		return true
+	}
+	m.stats.RTUSent++
+	m.sendOnce(c.peer, c.tid, &mad.RTU{LocalCommID: c.id, RemoteCommID: c.remoteID})
+	c.establish()
+	return true
+}
+
+// onMRA: the peer needs more time; wait its service timeout on top of ours (mu held).
+func (m *manager) onMRA(src netip.AddrPort, r *mad.MRA) bool {
+	c := m.lookup(src, r.RemoteCommID)
+	if c == nil {
+		return false
+	}
+	m.stats.MRAReceived++
+	switch {
+	case c.active && c.state == stReqSent && r.MessageMRAed == mad.MsgREQ:
+	case !c.active && c.state == stRepSent && r.MessageMRAed == mad.MsgREP && r.LocalCommID == c.remoteID:
+	default:
+		return false
+	}
+	c.arm(clampWait(codeDuration(r.ServiceTimeout) + c.timeout))
+	return true
+}
+
+// onREJ: the peer rejected our REQ or REP, or gave up on the connection (mu held).
+func (m *manager) onREJ(src netip.AddrPort, r *mad.REJ) bool {
+	c := m.lookup(src, r.RemoteCommID)
+	if c == nil {
+		return false
+	}
+	if c.remoteID != 0 && r.LocalCommID != c.remoteID {
+		return false
+	}
+	m.stats.REJReceived++
+	err := &RejectError{Reason: RejectReason(r.Reason), PrivateData: append([]byte(nil), r.PrivateData[:]...)}
+	switch c.state {
+	case stReqSent:
+		c.finish(err)
+		c.forget()
+	case stReqRcvd, stMRASent:
+		c.finish(err)
+		c.forget() // Accept skips it
+	case stRepSent:
+		c.toErr()
+		c.finish(err)
+		c.timewait()
+	case stEstablished:
+		// A REJ after RTU: the peer timed out waiting for something we sent; the
+		// connection is gone for it.
+		c.toErr()
+		c.end(ErrDisconnected)
+		c.timewait()
+	default:
+		return false
+	}
+	return true
+}

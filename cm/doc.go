@@ -1,0 +1,60 @@
+// Package cm is softrnic's connection manager: it connects reliable-connected queue pairs
+// the way librdmacm does (rdma_listen, rdma_connect, rdma_accept, rdma_reject,
+// rdma_disconnect), by exchanging InfiniBand CM messages with the peer device's QP1 over
+// RoCEv2, instead of a hand-written exchange of QP numbers, PSNs and addresses.
+//
+//	l, _ := cm.Listen(dev, 7471)                        // server
+//	req, _ := l.Accept(ctx)
+//	conn, _ := req.Accept(qp, &cm.AcceptParams{PrivateData: []byte("welcome")})
+//
+//	conn, err := cm.Dial(ctx, dev, netip.MustParseAddrPort("127.0.0.2:7471"), qp, // client
+//		&cm.DialParams{DevicePort: 4791, PrivateData: []byte("hello")})
+//
+// When Dial or Accept returns, the QP is in RTS, connected to the peer's QP with the
+// parameters both sides agreed on: QP numbers, starting PSNs (random, each side its own),
+// path MTU (the smaller of the two), RDMA READ/atomic depth (each side's initiator depth
+// is at most the other's responder resources), retry and RNR retry counts, and the
+// ordering mode (weakly-ordered only if both sides offer it). Post receives before Dial
+// or Accept (a QP in RESET is moved to INIT first, see InitQP) so that the first SEND
+// never meets an empty receive queue.
+//
+// # The wire
+//
+// CM MADs (256 bytes, management class 0x07, class version 2) in UD SENDs between the two
+// devices' QP1 with the GSI Q_Key 0x80010000, laid out as IBTA Vol. 1 chapter 12 defines
+// them (internal/mad), with rdma_cm's conventions on top: service ID 0x01060000 | port
+// (RDMA_PS_TCP) and the 36-byte IP addressing header at the start of a ConnectRequest's
+// private data, so that user private data is at most 56 bytes on connect, 196 on accept
+// and 148 on reject, as librdmacm allows. One softrnic extension: the ordering mode
+// offered and accepted travels in the REQ's and REP's Local EECN field, which IBTA
+// reserves for RC connections (a standard CM ignores it and gets ordered mode).
+//
+// # The state machine
+//
+// A ConnectRequest is resent when no answer came within the CM response timeout, up to
+// the maximum CM retries (ErrTimeout after that); duplicates of REQ, REP, RTU, DREQ are
+// answered idempotently with the message already sent; a listener whose application has
+// not accepted yet answers a resent REQ with MsgRcptAck (MRA), which makes the requester
+// wait longer. Rejects carry IBTA reasons. Disconnect sends DisconnectRequest, resent until
+// the DisconnectReply comes; both sides then hold the connection in time-wait, answering
+// late duplicates, before forgetting it. A ConnectRequest from a peer QP that is still
+// connected here (the peer restarted and reused the QP number) is rejected as stale and
+// the old connection is torn down.
+//
+// A connection whose peer vanishes without a DisconnectRequest (its process killed) is
+// found by a keep-alive: every KeepAlive interval the CM asks each peer device it has
+// connections with for its ClassPortInfo (one probe per device, not per connection), and
+// after KeepAliveMisses unanswered probes every connection to that device ends with
+// ErrPeerUnreachable and its QP is moved to ERR.
+//
+// # Limits and attacks
+//
+// Every MAD is checked (size, class, version, method, attribute, fields) before it can
+// change anything, and matched to a connection by communication ID and the sender's
+// address, so a third party cannot reject, answer or disconnect another device's
+// connection without sending from that device's address. A listener holds at most
+// Backlog requests not yet accepted; beyond that requests are dropped (and counted), and
+// their senders retry. A device has at most MaxREQInFlight ConnectRequests waiting for an
+// answer at once; more Dials wait their turn, so that a burst of thousands of Dials does
+// not overrun the peer's QP1 receive queue.
+package cm

@@ -1,0 +1,330 @@
+package cm
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// Listener takes connection requests for one service port of a device (rdma_listen).
+type Listener struct {
+	m       *manager
+	port    uint16
+	backlog chan *conn
+	closed  chan struct{}
+	isClose bool
+}
+
+// Listen starts taking connection requests for port (the service ID 0x01060000 | port, as
+// rdma_cm's TCP port space) at dev. A port has one listener per device.
+func Listen(dev *verbs.Context, port uint16) (*Listener, error) {
+	m, err := managerFor(dev)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("cm: Listen: %w", ErrClosed)
+	}
+	if m.listeners[port] != nil {
+		return nil, fmt.Errorf("cm: Listen: port %d already has a listener on %v", port, m.local)
+	}
+	l := &Listener{m: m, port: port, backlog: make(chan *conn, Backlog), closed: make(chan struct{})}
+	m.listeners[port] = l
+	return l, nil
+}
+
+// Addr is the listener's device address with the service port.
+func (l *Listener) Addr() netip.AddrPort { return netip.AddrPortFrom(l.m.local.Addr(), l.port) }
+
+// Close stops the listener: pending and later Accepts return ErrClosed, requests not yet
+// accepted are rejected, and new ones are rejected as having no listener.
+func (l *Listener) Close() error {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	l.closeLocked()
+	return nil
+}
+
+func (l *Listener) closeLocked() {
+	if l.isClose {
+		return
+	}
+	l.isClose = true
+	close(l.closed)
+	if l.m.listeners[l.port] == l {
+		delete(l.m.listeners, l.port)
+	}
+	for {
+		select {
+		case c := <-l.backlog:
+			if c.state == stReqRcvd || c.state == stMRASent {
+				c.reject(mad.RejInvalidServiceID, nil)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// Request is a connection request taken by Accept: answer it with Accept or Reject.
+type Request struct {
+	c *conn
+	// Remote is the requesting device's address and UDP port; RemoteQPN its QP.
+	Remote    netip.AddrPort
+	RemoteQPN uint32
+	// PrivateData is the requester's private data (56 bytes, zero-padded).
+	PrivateData []byte
+	// MTU, MaxRdAtomic and Ordering are what the requester offers.
+	MTU         verbs.MTU
+	MaxRdAtomic uint8
+	Ordering    verbs.Ordering
+}
+
+// Accept returns the next connection request, waiting for one until ctx is done or the
+// listener is closed (ErrClosed).
+func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	for {
+		select {
+		case c := <-l.backlog:
+			m := l.m
+			m.mu.Lock()
+			live := c.state == stReqRcvd || c.state == stMRASent
+			m.mu.Unlock()
+			if !live {
+				continue // the requester gave up while it waited
+			}
+			r := &Request{c: c, Remote: c.peer, RemoteQPN: c.req.LocalQPN,
+				PrivateData: append([]byte(nil), c.req.PrivateData[mad.CMAHeaderLen:]...),
+				MTU:         verbs.MTU(c.req.PathMTU), MaxRdAtomic: c.req.ResponderResources}
+			if e := parseExt(c.req.LocalEECN); e.weak {
+				r.Ordering = verbs.OrderingWeak
+			}
+			return r, nil
+		case <-l.closed:
+			return nil, fmt.Errorf("cm: Accept: %w", ErrClosed)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// onREQ: a connection request, new or resent (mu held).
+func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
+	if c := m.byRemote[remoteKey{src, r.LocalCommID}]; c != nil {
+		m.stats.REQDuplicates++
+		switch c.state {
+		case stReqRcvd, stMRASent:
+			// The application has not answered yet: ask the requester to wait.
+			c.state = stMRASent
+			m.stats.MRASent++
+			m.sendOnce(src, c.tid, &mad.MRA{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageMRAed: mad.MsgREQ, ServiceTimeout: mraServiceTimeout})
+		case stRepSent:
+			c.resend()
+		case stTimewait:
+			if c.msgAttr == mad.AttrREJ {
+				c.resend()
+			}
+		}
+		return true
+	}
+	port, ok := mad.ServicePort(r.ServiceID)
+	hdr, herr := mad.DecodeCMAHeader(r.PrivateData[:])
+	if r.TransportType != mad.TransportRC || r.LocalQPN <= 1 || r.LocalCommID == 0 {
+		m.rejectREQ(src, tid, r, mad.RejInvalidTransportType, nil)
+		return true
+	}
+	l := m.listeners[port]
+	if !ok || herr != nil || l == nil || (hdr.Dst.IsValid() && !m.local.Addr().IsUnspecified() && hdr.Dst.Unmap() != m.local.Addr()) {
+		m.rejectREQ(src, tid, r, mad.RejInvalidServiceID, nil)
+		return true
+	}
+	if !validMTU(verbs.MTU(r.PathMTU)) {
+		m.rejectREQ(src, tid, r, mad.RejInvalidMTU, nil)
+		return true
+	}
+	if old := m.byQP[remoteKey{src, r.LocalQPN}]; old != nil {
+		// The peer's QP is connected here under another communication ID: it was
+		// reused (the peer restarted). Reject the request as stale, and end the old
+		// connection (IBTA 12.9.8.3.2).
+		m.stats.StaleRejects++
+		m.rejectREQ(src, tid, r, mad.RejStaleConn, nil)
+		old.toErr()
+		old.end(ErrDisconnected)
+		old.state = stDreqSent
+		old.retries = 0
+		old.sendDREQ()
+		old.arm(old.timeout)
+		delete(m.byQP, remoteKey{src, r.LocalQPN})
+		m.detachPeer(old)
+		return true
+	}
+	c := m.newConn(false, src)
+	c.tid = tid
+	c.remoteID, c.peerQPN, c.req, c.listener, c.state = r.LocalCommID, r.LocalQPN, *r, l, stReqRcvd
+	c.timeout = clampWait(codeDuration(r.LocalCMResponseTimeout))
+	c.maxRetries = int(r.MaxCMRetries)
+	select {
+	case l.backlog <- c:
+		m.byRemote[remoteKey{src, r.LocalCommID}] = c
+	default:
+		m.stats.BacklogDrops++
+		delete(m.ids, c.id) // the requester resends
+	}
+	return true
+}
+
+// mraServiceTimeout is the wait an MRA asks for: 4.096 µs × 2^22, 17 s.
+const mraServiceTimeout = 22
+
+// rejectREQ answers a request that created no connection (mu held).
+func (m *manager) rejectREQ(src netip.AddrPort, tid uint64, r *mad.REQ, reason uint16, data []byte) {
+	m.stats.REJSent++
+	rej := mad.REJ{RemoteCommID: r.LocalCommID, MessageRejected: mad.MsgREQ, Reason: reason}
+	copy(rej.PrivateData[:], data)
+	m.sendOnce(src, tid, &rej)
+}
+
+// reject rejects a request that is waiting for the application (mu held).
+func (c *conn) reject(reason uint16, data []byte) {
+	rej := mad.REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: mad.MsgREQ, Reason: reason}
+	copy(rej.PrivateData[:], data)
+	c.m.stats.REJSent++
+	c.keep(&rej) // kept: a resent REQ gets the same answer
+	c.finish(ErrState)
+	c.timewait()
+}
+
+// Reject refuses the request with "consumer reject" and private data (at most 148
+// bytes), as rdma_reject does: Dial returns a *RejectError carrying it.
+func (r *Request) Reject(privateData []byte) error {
+	if len(privateData) > mad.RejectPrivateMax {
+		return fmt.Errorf("%w: %d bytes, a reject carries at most %d", ErrPrivateData, len(privateData), mad.RejectPrivateMax)
+	}
+	c := r.c
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.state != stReqRcvd && c.state != stMRASent {
+		return fmt.Errorf("cm: Reject: the request was already answered or withdrawn: %w", ErrState)
+	}
+	c.reject(mad.RejConsumerReject, privateData)
+	return nil
+}
+
+// AcceptParams are what Accept answers with; every field may be left zero.
+type AcceptParams struct {
+	// PrivateData goes to the requester with the reply (at most 196 bytes).
+	PrivateData []byte
+	// Options are this side's QP attributes (verbs.ConnectOptions). MTU 0 takes the
+	// requester's; a smaller one is used if the requester is a softrnic device (else
+	// the request is rejected with ReasonInvalidMTU). MaxRdAtomic is lowered to what the
+	// requester offers; Ordering weak is used only if the requester offers it too.
+	// RetryCnt and RNRRetry come from the requester, as with IB CM.
+	Options verbs.ConnectOptions
+	// KeepAlive is how often the peer device is probed once connected
+	// (DefaultKeepAlive; negative: never).
+	KeepAlive time.Duration
+}
+
+// Accept connects qp (an RC QP of the listener's device in RESET or INIT) to the
+// requester, as rdma_accept does: the QP goes to RTS, the reply is sent, and Accept
+// returns once ReadyToUse came. ErrTimeout if it did not after the requester's number of
+// CM retries; a *RejectError if the requester gave up.
+func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
+	if p == nil {
+		p = &AcceptParams{}
+	}
+	if len(p.PrivateData) > mad.AcceptPrivateMax {
+		return nil, fmt.Errorf("%w: %d bytes, an accept carries at most %d", ErrPrivateData, len(p.PrivateData), mad.AcceptPrivateMax)
+	}
+	c := r.c
+	m := c.m
+	if err := checkQP(m.dev, qp); err != nil {
+		return nil, err
+	}
+	userMTU := p.Options.MTU
+	o := p.Options.WithDefaults()
+	m.mu.Lock()
+	if c.state != stReqRcvd && c.state != stMRASent {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("cm: Accept: the request was already answered or withdrawn: %w", ErrState)
+	}
+	req := &c.req
+	e := parseExt(req.LocalEECN)
+	mtu := verbs.MTU(req.PathMTU)
+	if userMTU != 0 && userMTU < mtu {
+		if !e.ok {
+			c.reject(mad.RejInvalidMTU, nil)
+			m.mu.Unlock()
+			return nil, fmt.Errorf("cm: Accept: the requester's path MTU %d is above %d and it cannot lower it", mtu.Bytes(), userMTU.Bytes())
+		}
+		mtu = userMTU
+	}
+	o.MTU = mtu
+	o.MaxRdAtomic = min(o.MaxRdAtomic, req.ResponderResources, req.InitiatorDepth)
+	o.RetryCnt, o.RNRRetry = req.RetryCount, req.RNRRetryCount
+	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: req.LocalQPN, PSN: req.StartingPSN}
+	c.ordering = verbs.OrderingOrdered
+	maxHole := uint32(0)
+	if e.weak && o.Ordering == verbs.OrderingWeak {
+		maxHole = min(e.maxHole, orDefault(o.MaxHole, verbs.DefaultMaxHole))
+		remote.Ordering, remote.MaxHole = verbs.OrderingWeak, maxHole
+		c.ordering = verbs.OrderingWeak
+	} else {
+		o.Ordering = verbs.OrderingOrdered
+	}
+	repRNR := p.Options.WithDefaults().RNRRetry
+	zeroes(&o)
+	psn := verbs.RandomPSN()
+	if err := qp.Connect(psn, remote, o); err != nil {
+		c.reject(mad.RejNoQP, nil)
+		m.mu.Unlock()
+		return nil, fmt.Errorf("cm: Accept: configuring QP %#x: %w", qp.QPNum(), err)
+	}
+	c.qp = qp
+	c.keepAlive = keepAliveOr(p.KeepAlive)
+	c.peerData = r.PrivateData
+	rep := mad.REP{LocalCommID: c.id, RemoteCommID: c.remoteID, LocalQPN: qp.QPNum(), StartingPSN: psn,
+		ResponderResources: o.MaxRdAtomic, InitiatorDepth: o.MaxRdAtomic, RNRRetryCount: repRNR & 7,
+		LocalCAGUID: m.guid, LocalEECN: ext(c.ordering, maxHole, mtu)}
+	if _, init := qp.QueryQP(); init.SRQ != nil {
+		rep.SRQ = true
+	}
+	copy(rep.PrivateData[:], p.PrivateData)
+	c.state = stRepSent
+	c.retries = 0
+	m.stats.REPSent++
+	c.keep(&rep)
+	c.arm(c.timeout)
+	m.mu.Unlock()
+	<-c.ready
+	if c.readyErr != nil {
+		return nil, c.readyErr
+	}
+	return newConn(c), nil
+}
+
+func orDefault(v, d uint32) uint32 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// onRTU: the requester is ready; the connection is established (mu held).
+func (m *manager) onRTU(src netip.AddrPort, r *mad.RTU) bool {
+	c := m.lookup(src, r.RemoteCommID)
+	if c == nil || c.active || r.LocalCommID != c.remoteID {
+		return false
+	}
+	if c.state == stRepSent {
+		c.establish()
+	}
+	return true
+}

@@ -1,0 +1,36 @@
+// Package gsiport is the seam between a device's QP1 (the general services interface, owned
+// by package verbs) and the connection manager (package cm) that speaks CM MADs over it.
+//
+// verbs cannot import cm (cm is built on verbs), and QP1 is not part of the verbs API that
+// users see, so verbs registers Lookup at init and cm reaches a device's QP1 through it.
+package gsiport
+
+import "net/netip"
+
+// Handler receives the MADs that arrive on QP1 once it has claimed the port.
+type Handler interface {
+	// HandleMAD is called for each datagram of MAD size that arrived on QP1, in arrival
+	// order, from the one goroutine that serves QP1: src is the sending device's address
+	// and UDP port, srcQP its QP (1 for a CM). m is valid only during the call. HandleMAD
+	// must not block: QP1's receive queue refills only after it returns.
+	HandleMAD(src netip.AddrPort, srcQP uint32, m []byte)
+	// Closing is called once, as the device closes and before its socket is shut, so that
+	// the handler may send its last MADs (DisconnectRequests) and fail what waits on it.
+	Closing()
+}
+
+// Port is a device's QP1 as a MAD user sees it.
+type Port interface {
+	// SendMAD sends the MAD m (256 bytes) to QP qpn at dst with the GSI Q_Key. It may
+	// be called from any goroutine, HandleMAD included; it does not wait for the
+	// peer. A datagram may be lost: the caller retries on its own timers.
+	SendMAD(dst netip.AddrPort, qpn uint32, m []byte) error
+	// LocalAddr is the device's address and UDP port.
+	LocalAddr() netip.AddrPort
+	// Claim makes h the receiver of the port's MADs. A port has at most one handler:
+	// Claim fails if another one was set.
+	Claim(h Handler) error
+}
+
+// Lookup returns the QP1 of a device (a *verbs.Context). Package verbs sets it at init.
+var Lookup func(dev any) (Port, error)
