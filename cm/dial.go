@@ -261,7 +261,10 @@ func (m *manager) onMRA(src netip.AddrPort, r *mad.MRA) bool {
 func (m *manager) onREJ(src netip.AddrPort, r *mad.REJ) bool {
 	c := m.lookup(src, r.RemoteCommID)
 	if c == nil {
-		return false
+		// A requester that gives up before it learned our ID names its own.
+		if c = m.byRemote[remoteKey{src, r.LocalCommID}]; c == nil || r.RemoteCommID != 0 {
+			return false
+		}
 	}
 	if c.remoteID != 0 && r.LocalCommID != c.remoteID {
 		return false

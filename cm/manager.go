@@ -98,15 +98,19 @@ func managerFor(dev *verbs.Context) (*manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &manager{dev: dev, port: port, local: port.LocalAddr(), guid: randUint64() | 1,
-		reqSlots: make(chan struct{}, MaxREQInFlight),
-		ids:      map[uint32]*conn{}, byRemote: map[remoteKey]*conn{}, byQP: map[remoteKey]*conn{},
-		listeners: map[uint16]*Listener{}, peers: map[netip.AddrPort]*peer{}}
+	m := newManager(dev, port)
 	if err := port.Claim(m); err != nil {
 		return nil, err
 	}
 	managers[dev] = m
 	return m, nil
+}
+
+func newManager(dev *verbs.Context, port gsiport.Port) *manager {
+	return &manager{dev: dev, port: port, local: port.LocalAddr(), guid: randUint64() | 1,
+		reqSlots: make(chan struct{}, MaxREQInFlight),
+		ids:      map[uint32]*conn{}, byRemote: map[remoteKey]*conn{}, byQP: map[remoteKey]*conn{},
+		listeners: map[uint16]*Listener{}, peers: map[netip.AddrPort]*peer{}}
 }
 
 // Counters returns the counters of dev's connection manager (zero if it has none).

@@ -1,0 +1,180 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/verbstest"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// Under loss, duplication, reordering and corruption of every datagram (CM MADs and data
+// alike), every Dial is established exactly once on both sides, data flows, and after
+// the disconnects both managers forget every connection: nothing is left half-open.
+func TestFaults(t *testing.T) {
+	const n = 60
+	faults := &verbs.Faults{Loss: 0.05, Dup: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 7}
+	da, db := devs(t, verbs.DeviceConfig{Faults: faults})
+	l, err := Listen(db, testPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	as := make([]*endpoint, n)
+	bs := make([]*endpoint, n)
+	for i := range as {
+		as[i], bs[i] = newEndpoint(t, da, 1), newEndpoint(t, db, 1)
+	}
+	accepted := make(chan *Conn, n)
+	acceptErr := make(chan error, n)
+	go func() {
+		for i := 0; i < n; i++ {
+			r, err := l.Accept(ctxT(t))
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			go func(b *endpoint) {
+				c, err := r.Accept(b.QP, &AcceptParams{KeepAlive: -1})
+				if err != nil {
+					acceptErr <- err
+					return
+				}
+				accepted <- c
+			}(bs[i])
+		}
+	}()
+	dialed := make([]*Conn, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range as {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := &DialParams{ResponseTimeout: 50 * time.Millisecond, KeepAlive: -1}
+			c, err := Dial(ctxT(t), da, remote(db, p), as[i].QP, p)
+			dialed[i] = c
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		select {
+		case <-accepted:
+		case err := <-acceptErr:
+			t.Fatalf("Accept: %v", err)
+		}
+	}
+	sa, sb := Counters(da), Counters(db)
+	if sa.Established != n || sb.Established != n {
+		t.Errorf("established %d (dialer) and %d (listener), want %d each", sa.Established, sb.Established, n)
+	}
+	t.Logf("dialer: %d REQ retries, %d duplicate REPs answered; listener: %d duplicate REQs, %d REP retries, %d MRAs",
+		sa.REQRetries, sa.RTUSent-n, sb.REQDuplicates, sb.REPRetries, sb.MRASent)
+	// Which accepted QP pairs with which dialed one is up to the handshake order: find
+	// each dialer's peer by QP number, and send through a few.
+	byQPN := map[uint32]*endpoint{}
+	for _, b := range bs {
+		byQPN[b.QP.QPNum()] = b
+	}
+	for i := 0; i < 5; i++ {
+		sendRecv(t, as[i], byQPN[dialed[i].RemoteQPN()], 300)
+	}
+	for _, c := range dialed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Disconnect(); err != nil && !errors.Is(err, ErrTimeout) {
+				t.Errorf("Disconnect: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, m := range []*verbs.Context{da, db} {
+		mgr, _ := managerFor(m)
+		verbstest.WaitUntil(t, "every connection forgotten after time-wait", func() bool {
+			mgr.mu.Lock()
+			defer mgr.mu.Unlock()
+			return len(mgr.ids) == 0 && len(mgr.byRemote) == 0 && len(mgr.byQP) == 0
+		})
+	}
+	for _, b := range bs {
+		if s := b.QP.State(); s != verbs.StateErr {
+			t.Errorf("listener's QP %#x in %v after the dialer disconnected", b.QP.QPNum(), s)
+		}
+	}
+}
+
+// A ConnectRequest from a peer QP that is connected here under another communication ID
+// (the peer restarted and reused the QP number) is rejected as stale, and the old
+// connection ends.
+func TestStaleConnection(t *testing.T) {
+	da, db := devs(t, verbs.DeviceConfig{})
+	a, b := newEndpoint(t, da, 1), newEndpoint(t, db, 1)
+	_, cb := handshake(t, a, b, fast(nil), nil)
+	m, _ := managerFor(db)
+	// The REQ the restarted peer would send: same device address, same QP number, a
+	// new communication ID.
+	req := mad.REQ{LocalCommID: 0x5157A1E, ServiceID: mad.ServiceID(testPort), LocalQPN: a.QP.QPNum(),
+		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), StartingPSN: 1, MaxCMRetries: 3}
+	h := mad.CMAHeader{SrcPort: 1, Src: da.Addr().Addr(), Dst: db.Addr().Addr()}
+	h.Put(req.PrivateData[:])
+	var b256 [mad.Size]byte
+	mad.Put(b256[:], 1, &req)
+	m.HandleMAD(da.Addr(), 1, b256[:])
+	<-cb.Done()
+	if !errors.Is(cb.Err(), ErrDisconnected) {
+		t.Errorf("old connection: %v, want ErrDisconnected", cb.Err())
+	}
+	if s := Counters(db); s.StaleRejects != 1 {
+		t.Errorf("%d stale rejects, want 1", s.StaleRejects)
+	}
+	if s := b.QP.State(); s != verbs.StateErr {
+		t.Errorf("old connection's QP in %v", s)
+	}
+}
+
+// A Dial cancelled while its request waits for an answer leaves the listener nothing
+// half-open: the REJ it sends withdraws the request, and Accept skips it.
+func TestDialCancelledWithdrawsRequest(t *testing.T) {
+	da, db := devs(t, verbs.DeviceConfig{})
+	a := newEndpoint(t, da, 0)
+	l, err := Listen(db, testPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		p := fast(nil)
+		_, err := Dial(ctx, da, remote(db, p), a.QP, p)
+		errc <- err
+	}()
+	m, _ := managerFor(db)
+	verbstest.WaitUntil(t, "the request in the backlog", func() bool { return len(l.backlog) == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Dial: %v", err)
+	}
+	verbstest.WaitUntil(t, "the request withdrawn", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.ids) == 0
+	})
+	actx, acancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer acancel()
+	if r, err := l.Accept(actx); err == nil {
+		t.Errorf("Accept returned the withdrawn request from %v", r.Remote)
+	}
+}

@@ -1,0 +1,128 @@
+package cm
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/softrnic/softrnic/internal/gsiport"
+	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/verbstest"
+	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/internal/wire/wiretest"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// tapPort is a device's QP1 with every MAD it sends recorded as the RoCEv2 frame that
+// carries it (a UD SEND to QP1 with the GSI Q_Key).
+type tapPort struct {
+	gsiport.Port
+	mu     *sync.Mutex // shared by the taps of one test
+	frames *[][]byte
+}
+
+func (p *tapPort) SendMAD(dst netip.AddrPort, qpn uint32, m []byte) error {
+	src := p.LocalAddr()
+	fl := wiretest.Flow(src, dst)
+	pkt := wiretest.Build(&fl, wire.BTH{Opcode: wire.OpUDSendOnly, PKey: wire.DefaultPKey, DestQP: qpn}, func(hdr []byte) {
+		d := wire.DETH{QKey: mad.GSIQKey, SrcQP: 1}
+		d.Put(hdr[wire.BTHLen:])
+	}, m)
+	p.mu.Lock()
+	*p.frames = append(*p.frames, wiretest.Frame(src, dst, pkt))
+	p.mu.Unlock()
+	return p.Port.SendMAD(dst, qpn, m)
+}
+
+// tap installs a connection manager on dev whose sends are recorded into frames.
+func tap(t *testing.T, dev *verbs.Context, mu *sync.Mutex, frames *[][]byte) {
+	t.Helper()
+	port, err := gsiport.Lookup(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(dev, &tapPort{Port: port, mu: mu, frames: frames})
+	if err := port.Claim(m); err != nil {
+		t.Fatal(err)
+	}
+	managersMu.Lock()
+	managers[dev] = m
+	managersMu.Unlock()
+}
+
+// Wireshark's InfiniBand dissector, which nobody here wrote, reads the MADs of real
+// handshakes (connect with MRA, reject, disconnect) as CM messages with nothing
+// malformed.
+func TestTsharkDecodesHandshake(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tshark is not installed (.ci/run installs it)")
+		}
+		t.Skip("tshark is not installed (apt-get install tshark)")
+	}
+	da, db := devs(t, verbs.DeviceConfig{})
+	var mu sync.Mutex
+	var frames [][]byte
+	tap(t, da, &mu, &frames)
+	tap(t, db, &mu, &frames)
+	a, b := newEndpoint(t, da, 1), newEndpoint(t, db, 1)
+	ca, _ := handshake(t, a, b, fast([]byte("hello")), &AcceptParams{PrivateData: []byte("welcome")})
+	if err := ca.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	a2 := newEndpoint(t, da, 0)
+	l, _ := Listen(db, testPort+1)
+	defer l.Close()
+	go func() {
+		if r, err := l.Accept(ctxT(t)); err == nil {
+			r.Reject([]byte("no"))
+		}
+	}()
+	p := fast(nil)
+	p.DevicePort = db.Addr().Port()
+	Dial(ctxT(t), da, netip.AddrPortFrom(db.Addr().Addr(), testPort+1), a2.QP, p)
+	verbstest.Settle(da, db)
+
+	mu.Lock()
+	var pcap bytes.Buffer
+	err = wiretest.WritePCAP(&pcap, frames)
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "handshake.pcap")
+	if err := os.WriteFile(file, pcap.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		// The devices use ephemeral UDP ports: decode them as RoCEv2, as 4791 is.
+		decode := []string{"-n", "-r", file, "-d", fmt.Sprintf("udp.port==%d,infiniband", da.Addr().Port()),
+			"-d", fmt.Sprintf("udp.port==%d,infiniband", db.Addr().Port())}
+		out, err := exec.Command(tshark, append(decode, args...)...).Output()
+		if err != nil {
+			t.Fatalf("tshark %v: %v", args, err)
+		}
+		return string(out)
+	}
+	if out := run("-Y", "_ws.malformed || _ws.expert.severity >= warning"); strings.TrimSpace(out) != "" {
+		t.Errorf("tshark finds malformed packets:\n%s", out)
+	}
+	seen := map[string]bool{}
+	for _, a := range strings.Fields(run("-T", "fields", "-e", "infiniband.mad.attributeid")) {
+		seen[a] = true
+	}
+	for _, want := range []mad.AttrID{mad.AttrREQ, mad.AttrREP, mad.AttrRTU, mad.AttrDREQ, mad.AttrDREP, mad.AttrREJ} {
+		if !seen[fmt.Sprintf("0x%04x", uint16(want))] {
+			t.Errorf("tshark saw no %v among the CM attributes %v", want, seen)
+		}
+	}
+}
+
