@@ -49,6 +49,7 @@ type conn struct {
 	peerData  []byte // the peer's private data (REP's for the active side, REQ's for the passive)
 	ordering  verbs.Ordering
 	keepAlive time.Duration
+	softPeer  bool // the peer sent softrnic's extension: it answers keep-alive probes
 	listener  *Listener
 
 	ready     chan struct{} // closed when Dial's or Accept's wait ends

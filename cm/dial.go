@@ -213,6 +213,7 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 	c.peerData = append([]byte(nil), r.PrivateData[:]...)
 	o := c.params
 	e := parseExt(r.LocalEECN)
+	c.softPeer = e.ok
 	if e.ok && validMTU(e.mtu) && e.mtu < o.MTU {
 		o.MTU = e.mtu
 	}

@@ -45,7 +45,12 @@
 // found by a keep-alive: every KeepAlive interval the CM asks each peer device it has
 // connections with for its ClassPortInfo (one probe per device, not per connection), and
 // after KeepAliveMisses unanswered probes every connection to that device ends with
-// ErrPeerUnreachable and its QP is moved to ERR.
+// ErrPeerUnreachable and its QP is moved to ERR. Only softrnic peers are probed (those
+// whose REQ or REP carried the extension above): a standard CM need not answer
+// ClassPortInfo, and its connections end on DisconnectRequest or on the QP's own retry
+// errors. A peer process restarted at the same address answers the probes again, so its
+// old connections are not ended by the keep-alive; they end when it reuses one of their
+// QP numbers (stale), or through the QP's retries when traffic flows.
 //
 // # Limits and attacks
 //

@@ -20,8 +20,8 @@ type peer struct {
 
 // attachPeer adds an established connection to its peer device's keep-alive (mu held).
 func (m *manager) attachPeer(c *conn) {
-	if c.keepAlive < 0 {
-		return
+	if c.keepAlive < 0 || !c.softPeer {
+		return // a standard CM need not answer ClassPortInfo: no probes to it
 	}
 	p := m.peers[c.peer]
 	if p == nil {

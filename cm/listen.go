@@ -257,6 +257,7 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	}
 	req := &c.req
 	e := parseExt(req.LocalEECN)
+	c.softPeer = e.ok
 	mtu := verbs.MTU(req.PathMTU)
 	if userMTU != 0 && userMTU < mtu {
 		if !e.ok {
