@@ -48,7 +48,7 @@ func Example() {
 	}
 	defer l.Close()
 	cm.InitQP(qpS, verbs.AccessRemoteWrite) // RESET -> INIT, so that receives can be posted
-	qpS.PostRecv([]verbs.RecvWR{{WRID: 1}})  // a zero-length receive for the notification
+	qpS.PostRecv([]verbs.RecvWR{{WRID: 1}}) // a zero-length receive for the notification
 	served := make(chan *cm.Conn)
 	go func() {
 		req, err := l.Accept(context.Background())

@@ -125,4 +125,3 @@ func TestTsharkDecodesHandshake(t *testing.T) {
 		}
 	}
 }
-
