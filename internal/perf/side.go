@@ -121,13 +121,19 @@ func (s *side) connect(peer Info) error {
 	if len(peer.Endpoints) != len(s.qps) {
 		return fmt.Errorf("peer has %d QPs, this side %d", len(peer.Endpoints), len(s.qps))
 	}
-	mtu, _ := verbs.MTUFromBytes(s.cfg.MTU)
 	for i, qp := range s.qps {
-		if err := qp.Connect(s.psns[i], peer.Endpoints[i], verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout, Ordering: s.cfg.Ordering}); err != nil {
+		if err := qp.Connect(s.psns[i], peer.Endpoints[i], s.connectOptions()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// connectOptions are the QP attributes this side asks for, by hand or through the CM:
+// the path MTU, the local ACK timeout and the ordering offer (the rest: verbs' defaults).
+func (s *side) connectOptions() verbs.ConnectOptions {
+	mtu, _ := verbs.MTUFromBytes(s.cfg.MTU)
+	return verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout, Ordering: s.cfg.Ordering}
 }
 
 // sampleHoles snapshots the QPs' open holes every few milliseconds until stop is closed,
