@@ -207,7 +207,7 @@ func run(o *options, pos []string) error {
 		case len(pos) == 1:
 			c.Defaults()
 			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d\n", c.Test, o.port)
-			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, c.Ordering, o.stats, nil)
+			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, c.Ordering, c.CM, o.stats, nil)
 		default:
 			r, err = perf.RunClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
 		}
