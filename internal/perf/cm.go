@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
-	"github.com/softrnic/softrnic/verbs"
 )
 
 // With Config.CM the queue pairs are connected through the connection manager (package
@@ -153,15 +152,4 @@ func (s *side) awaitDisconnect(d time.Duration) {
 			return
 		}
 	}
-}
-
-// cmOrdering is the ordering mode the CM negotiated for the side's connections.
-func (s *side) cmOrdering() (verbs.Ordering, error) {
-	o := s.conns[0].Ordering()
-	for i, c := range s.conns {
-		if c.Ordering() != o {
-			return 0, fmt.Errorf("cm: QP 0 is %v, QP %d %v", o, i, c.Ordering())
-		}
-	}
-	return o, nil
 }

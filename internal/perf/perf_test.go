@@ -160,17 +160,17 @@ func TestCMConnections(t *testing.T) {
 		if a.QP() != cs.qps[i] || b.QP() != ss.qps[i] || a.RemoteQPN() != ss.qps[i].QPNum() || b.RemoteQPN() != cs.qps[i].QPNum() {
 			t.Fatalf("QP %d: client %#x to %#x, server %#x to %#x", i, cs.qps[i].QPNum(), a.RemoteQPN(), ss.qps[i].QPNum(), b.RemoteQPN())
 		}
-		for _, qp := range []*verbs.QP{cs.qps[i], ss.qps[i]} {
+		// The server does not offer weak mode: ordered, on both QPs and in both CMs' word.
+		for _, cn := range []*cm.Conn{a, b} {
+			qp := cn.QP()
 			attr, _ := qp.QueryQP()
-			if qp.State() != verbs.StateRTS || attr.Ordering != verbs.OrderingOrdered {
-				t.Fatalf("QP %#x: %v, %v", qp.QPNum(), qp.State(), attr.Ordering)
+			if qp.State() != verbs.StateRTS || attr.Ordering != verbs.OrderingOrdered || cn.Ordering() != verbs.OrderingOrdered {
+				t.Fatalf("QP %#x: %v, %v, the CM says %v", qp.QPNum(), qp.State(), attr.Ordering, cn.Ordering())
 			}
 		}
 	}
-	for _, s := range []*side{cs, ss} {
-		if o, err := s.cmOrdering(); err != nil || o != verbs.OrderingOrdered || s.ordering() != "ordered" {
-			t.Fatalf("ordering %v, %v, %q; want ordered (the server offers only that)", o, err, s.ordering())
-		}
+	if cs.ordering() != "ordered" || ss.ordering() != "ordered" {
+		t.Fatalf("ordering %q, %q", cs.ordering(), ss.ordering())
 	}
 	conns := ss.conns
 	if err := cs.disconnect(); err != nil {
