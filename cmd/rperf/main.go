@@ -6,6 +6,11 @@
 //	rperf TEST                   server: waits for a client on TCP port 18515
 //	rperf TEST HOST              client: connects to the server on HOST
 //
+// With --cm (any of the above; perftest's -R) the queue pairs are connected through the
+// connection manager (package cm: ConnectRequest, ConnectReply, ReadyToUse between the
+// devices' QP1) instead of by exchanging QP numbers and PSNs over the control connection,
+// and disconnected through it after the test. Client and server must both use --cm.
+//
 // Tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_lat. Bandwidth is in
 // MiB/s; latency in microseconds (one way for send_lat and write_lat, the whole operation
 // for read_lat and atomic_lat), as perftest reports them.
@@ -47,6 +52,7 @@ func main() {
   rperf TEST --loopback      run one test in this process
   rperf TEST                 serve one client (TCP port %d)
   rperf TEST HOST            run TEST against the server on HOST
+  ... --cm                   connect the QPs through the connection manager (both sides)
 tests: %s
 flags:
 `, perf.DefaultControlPort, strings.Join(perf.Tests, " "))
@@ -62,6 +68,7 @@ flags:
 	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per result")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process")
+	fs.BoolVar(&o.cfg.CM, "cm", false, "connect the QPs through the connection manager (package cm; perftest's -R): the server listens on its device with the control port's number as service port; client and server must both use it")
 	fs.IntVar(&o.port, "p", perf.DefaultControlPort, "TCP port of the control connection")
 	fs.StringVar(&o.devAddr, "dev-addr", "", "IP address of this side's device (default: the control connection's local address)")
 	fs.StringVar(&o.faults, "faults", "", "fault injection, e.g. loss=0.01,reorder=0.02 (default: $SOFTRNIC_FAULTS)")
@@ -168,9 +175,13 @@ func run(o *options, pos []string) error {
 	}
 	printer := newPrinter(o)
 	if len(pos) == 0 {
-		fmt.Fprintln(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process); `rperf -h` for more")
+		via := ""
+		if o.cfg.CM {
+			via = ", QPs through the connection manager"
+		}
+		fmt.Fprintf(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process%s); `rperf -h` for more\n", via)
 		for _, c := range suite {
-			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll, c.Ordering = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll, o.cfg.Ordering
+			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll, c.Ordering, c.CM = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll, o.cfg.Ordering, o.cfg.CM
 			if o.cfg.Iters > 0 {
 				c.Iters = o.cfg.Iters
 			}
@@ -206,8 +217,12 @@ func run(o *options, pos []string) error {
 			r, err = perf.RunLoopback(c, perf.DefaultAddrs, o.stats)
 		case len(pos) == 1:
 			c.Defaults()
-			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d\n", c.Test, o.port)
-			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, c.Ordering, o.stats, nil)
+			via := ""
+			if c.CM {
+				via = fmt.Sprintf(" (QPs through the connection manager, service port %d)", o.port)
+			}
+			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d%s\n", c.Test, o.port, via)
+			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, c.Ordering, c.CM, o.stats, nil)
 		default:
 			r, err = perf.RunClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
 		}

@@ -33,6 +33,9 @@ type Config struct {
 	BusyPoll time.Duration `json:"-"`
 	// Ordering is what this side offers; weak mode is used only if both sides offer it.
 	Ordering verbs.Ordering `json:"-"`
+	// CM connects the QPs through the connection manager (package cm) instead of the
+	// hand exchange of QP numbers and PSNs; both sides must use it.
+	CM bool `json:"cm,omitempty"`
 }
 
 // Defaults fills zero fields with perftest's defaults for the test.
@@ -108,6 +111,7 @@ type Latency struct {
 type Result struct {
 	Test     string   `json:"test"`
 	Ordering string   `json:"ordering"`
+	CM       bool     `json:"cm,omitempty"` // the QPs were connected through the CM
 	Size     int      `json:"size"`
 	Iters    int      `json:"iters"`
 	BW       float64  `json:"bw_MiBps"`

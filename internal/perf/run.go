@@ -2,6 +2,7 @@ package perf
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -65,17 +67,31 @@ func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
 		return Result{}, err
 	}
 	defer ss.close()
-	if err := ss.connect(cs.info()); err != nil {
-		return Result{}, err
-	}
-	if err := cs.connect(ss.info()); err != nil {
-		return Result{}, err
+	if c.CM {
+		// Receives are posted (prepare) in INIT, before the handshake.
+		for _, s := range []*side{ss, cs} {
+			if err := s.initQPs(); err != nil {
+				return Result{}, err
+			}
+		}
+	} else {
+		if err := ss.connect(cs.info()); err != nil {
+			return Result{}, err
+		}
+		if err := cs.connect(ss.info()); err != nil {
+			return Result{}, err
+		}
 	}
 	for _, s := range []*side{ss, cs} {
 		if !isBW(c.Test) || s == ss {
 			if err := prepare(s); err != nil {
 				return Result{}, err
 			}
+		}
+	}
+	if c.CM {
+		if err := connectCM(cs, ss); err != nil {
+			return Result{}, err
 		}
 	}
 	done := make(chan struct{})
@@ -86,7 +102,7 @@ func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
 	}
 	go func() { errc <- serverRole(ss, cs.info(), done) }()
 	r, cerr := clientRole(cs, ss.info())
-	r.Ordering = cs.ordering()
+	r.Ordering, r.CM = cs.ordering(), c.CM
 	close(done)
 	for _, sc := range samples {
 		if h := <-sc; h != nil {
@@ -104,7 +120,9 @@ func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if err := errors.Join(cerr, serr); err != nil {
+	// The client side disconnects (with the CM), as rdma_disconnect after a perftest run.
+	derr := cs.disconnect()
+	if err := errors.Join(cerr, serr, derr); err != nil {
 		return Result{}, err
 	}
 	if stats {
@@ -124,14 +142,32 @@ type hello struct {
 
 type reply struct {
 	Info     Info            `json:"info"`
+	CM       *cmListen       `json:"cm,omitempty"`
 	Err      string          `json:"err,omitempty"`
 	Counters *verbs.Counters `json:"counters,omitempty"`
 }
 
+// cmListen is where the server's connection manager listens (with Config.CM): its device's
+// address and UDP port (devices in tests have ephemeral ports), and the service port.
+type cmListen struct {
+	Device  netip.AddrPort `json:"device"`
+	Service uint16         `json:"service"`
+}
+
+// cmMismatch explains a client and a server that disagree on --cm.
+func cmMismatch(client bool) error {
+	if client {
+		return errors.New("the client connects its QPs with --cm, this server does not: run both sides with --cm, or neither")
+	}
+	return errors.New("this server connects QPs with --cm, the client does not: run both sides with --cm, or neither")
+}
+
 // ServeOnce listens on ctlAddr for one client, runs the test it asks for (which must be
 // test) and returns the client's result. The device binds to devAddr, or to the address
-// the client connected to if devAddr is not valid.
-func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, ordering verbs.Ordering, stats bool, ready func(net.Addr)) (Result, error) {
+// the client connected to if devAddr is not valid. With useCM the QPs are connected
+// through the connection manager, listening on the control port's number at the device
+// (the client must use --cm too).
+func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, ordering verbs.Ordering, useCM, stats bool, ready func(net.Addr)) (Result, error) {
 	ln, err := net.Listen("tcp", ctlAddr)
 	if err != nil {
 		return Result{}, err
@@ -159,6 +195,9 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, o
 	if c.Test != test {
 		return fail(fmt.Errorf("client asked for %s, this server runs %s", c.Test, test))
 	}
+	if c.CM != useCM {
+		return fail(cmMismatch(c.CM))
+	}
 	c.Faults = faults
 	if err := c.Validate(); err != nil {
 		return fail(err)
@@ -171,14 +210,39 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, o
 		return fail(err)
 	}
 	defer s.close()
-	if err := s.connect(h.Info); err != nil {
+	var l *cm.Listener
+	if useCM {
+		// Listen before the reply tells the client where: its first Dial finds the
+		// listener. Receives are posted (prepare) in INIT, before the handshake.
+		if l, err = cm.Listen(s.ctx, uint16(ln.Addr().(*net.TCPAddr).Port)); err != nil {
+			return fail(err)
+		}
+		defer l.Close()
+		if err := s.initQPs(); err != nil {
+			return fail(err)
+		}
+	} else if err := s.connect(h.Info); err != nil {
 		return fail(err)
 	}
 	if err := prepare(s); err != nil {
 		return fail(err)
 	}
-	if err := enc.Encode(reply{Info: s.info()}); err != nil {
+	rep := reply{Info: s.info()}
+	if l != nil {
+		rep.CM = &cmListen{Device: s.ctx.Addr(), Service: l.Addr().Port()}
+	}
+	if err := enc.Encode(rep); err != nil {
 		return Result{}, err
+	}
+	if l != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cmSetupTimeout)
+		err := s.acceptAll(ctx, l)
+		cancel()
+		if err != nil {
+			// The client's Dial fails too (rejected, or no answer); it reports its own error.
+			return Result{}, err
+		}
+		l.Close()
 	}
 	// The client reports its result when it is done.
 	done := make(chan struct{})
@@ -205,6 +269,8 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, o
 		r.Counters = &k
 	}
 	_ = enc.Encode(r)
+	// The client disconnects once it has this reply; close disconnects what it did not.
+	s.awaitDisconnect(cmAwaitDisconnect)
 	if fin.Err != "" {
 		return Result{}, errors.New("client: " + fin.Err)
 	}
@@ -242,16 +308,38 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 	if rep.Err != "" {
 		return Result{}, errors.New("server: " + rep.Err)
 	}
-	if err := s.connect(rep.Info); err != nil {
-		return Result{}, err
+	switch {
+	case c.CM && rep.CM == nil:
+		return Result{}, errors.New("the server does not connect QPs with --cm (an older rperf?): run both sides with --cm, or neither")
+	case c.CM:
+		// Receives are posted (prepare) in INIT, before the handshake.
+		if err := s.initQPs(); err != nil {
+			return Result{}, err
+		}
+	default:
+		if err := s.connect(rep.Info); err != nil {
+			return Result{}, err
+		}
 	}
 	if !isBW(c.Test) {
 		if err := prepare(s); err != nil {
 			return Result{}, err
 		}
 	}
+	if c.CM {
+		dev := rep.CM.Device.Addr()
+		if dev.IsUnspecified() {
+			dev = conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cmSetupTimeout)
+		err := s.dialAll(ctx, netip.AddrPortFrom(dev, rep.CM.Service), rep.CM.Device.Port())
+		cancel()
+		if err != nil {
+			return Result{}, err
+		}
+	}
 	r, rerr := clientRole(s, rep.Info)
-	r.Ordering = s.ordering()
+	r.Ordering, r.CM = s.ordering(), c.CM
 	fin := struct {
 		Result Result `json:"result"`
 		Err    string `json:"err"`
@@ -271,6 +359,9 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 	}
 	if last.Err != "" {
 		return Result{}, errors.New("server: " + last.Err)
+	}
+	if err := s.disconnect(); err != nil {
+		return Result{}, err
 	}
 	if stats {
 		r.Counters = &Stats{Client: s.ctx.Counters()}

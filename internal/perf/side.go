@@ -6,13 +6,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/verbs"
 )
 
 // maxBuffer caps a side's registered buffer; large messages get fewer slots.
 const maxBuffer = 256 << 20
 
-// Info is what each side tells the other: its QPs and its buffer.
+// Info is what each side tells the other: its QPs (not with Config.CM: the connection
+// manager connects them) and its buffer.
 type Info struct {
 	Endpoints []verbs.Endpoint
 	Addr      uint64
@@ -34,6 +36,7 @@ type side struct {
 	mr    *verbs.MR
 	slots int
 	qpIdx map[uint32]int
+	conns []*cm.Conn // with Config.CM: QP i's connection
 }
 
 func isBW(test string) bool { return strings.HasSuffix(test, "_bw") }
@@ -108,6 +111,9 @@ func (s *side) setup() error {
 
 func (s *side) info() Info {
 	in := Info{Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: len(s.buf)}
+	if s.cfg.CM {
+		return in
+	}
 	for i, qp := range s.qps {
 		ep := qp.Endpoint(s.psns[i])
 		ep.Ordering = s.cfg.Ordering
@@ -121,13 +127,19 @@ func (s *side) connect(peer Info) error {
 	if len(peer.Endpoints) != len(s.qps) {
 		return fmt.Errorf("peer has %d QPs, this side %d", len(peer.Endpoints), len(s.qps))
 	}
-	mtu, _ := verbs.MTUFromBytes(s.cfg.MTU)
 	for i, qp := range s.qps {
-		if err := qp.Connect(s.psns[i], peer.Endpoints[i], verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout, Ordering: s.cfg.Ordering}); err != nil {
+		if err := qp.Connect(s.psns[i], peer.Endpoints[i], s.connectOptions()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// connectOptions are the QP attributes this side asks for, by hand or through the CM:
+// the path MTU, the local ACK timeout and the ordering offer (the rest: verbs' defaults).
+func (s *side) connectOptions() verbs.ConnectOptions {
+	mtu, _ := verbs.MTUFromBytes(s.cfg.MTU)
+	return verbs.ConnectOptions{MTU: mtu, Timeout: s.cfg.Timeout, Ordering: s.cfg.Ordering}
 }
 
 // sampleHoles snapshots the QPs' open holes every few milliseconds until stop is closed,
@@ -158,13 +170,18 @@ func (s *side) sampleHoles(name string, stop <-chan struct{}) <-chan *HoleSample
 	return out
 }
 
-// ordering returns the mode the QPs ended up in.
+// ordering returns the mode the QPs ended up in: with Config.CM, the one the connection
+// manager negotiated.
 func (s *side) ordering() string {
+	if len(s.conns) > 0 {
+		return s.conns[0].Ordering().String()
+	}
 	a, _ := s.qps[0].QueryQP()
 	return a.Ordering.String()
 }
 
 func (s *side) close() {
+	_ = s.disconnect() // before the QPs and the device go (nothing if already done)
 	for _, qp := range s.qps {
 		qp.DestroyQP()
 	}
