@@ -2,8 +2,8 @@ package msg
 
 import (
 	"context"
-	"encoding/binary"
 	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sync"

@@ -141,4 +141,3 @@ func (c *Comm) Probe(ctx context.Context, source, tag int) (Status, error) {
 		return Status{}, ctx.Err()
 	}
 }
-

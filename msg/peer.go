@@ -382,7 +382,7 @@ func (p *peer) transfer() (sent int) {
 				c.nonce++
 			}
 			p.ackNonce = c.nonce
-			p.writeSlot(&outMsg{kind: kindEnlarge}) // through the small slots
+			p.writeSlot(&outMsg{kind: kindEnlarge})  // through the small slots
 			p.ctlSent, p.ackSince = true, time.Now() // record that it was sent
 			c.stats.Enlargements++
 		}

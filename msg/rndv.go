@@ -115,7 +115,9 @@ type regEntry struct {
 }
 
 func (e *regEntry) addr(b []byte) uint64 { return e.mr.Addr() + uint64(e.off(b)) }
-func (e *regEntry) off(b []byte) int     { return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - e.key.ptr) }
+func (e *regEntry) off(b []byte) int {
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - e.key.ptr)
+}
 
 func (rc *regCache) init(c *Comm) { rc.c, rc.entries = c, map[regKey]*regEntry{} }
 
