@@ -72,6 +72,7 @@ type Stats struct {
 	AckResends                 uint64 // acknowledgements asked for again
 	AckPartialSeen             uint64 // polls that found a partial acknowledgement
 	ZeroByteReports            uint64 // times the send routine reported 0 bytes transferred
+	PrefixSends                uint64 // vectors whose prefix went before a larger element
 	CreditMessages             uint64
 	Connections                uint64
 }

@@ -72,6 +72,9 @@ type peer struct {
 	lastAck []byte // the acknowledgement last written, for a resend
 	pAck    uint64 // the peer's acknowledgement area
 	pAckKey uint32
+	known   bool // the peer's hello was taken (its ring and acknowledgement area)
+
+	ackDeferred bool // an acknowledgement waits for the peer's hello (our Dial's answer)
 
 	// Send direction: the peer's ring.
 	rAddr                 uint64
@@ -91,8 +94,10 @@ type peer struct {
 	useLarge bool // block 332/574: large buffers are to be used
 	ctlSent  bool // block 334/344: the control message went out
 	target   int  // the phase asked for
-	ackNonce uint32
-	ackSince time.Time
+	ackNonce    uint32
+	ackSince    time.Time
+	ackNotified bool // an acknowledgement was written since the area was last read
+	ack         ack  // the complete acknowledgement
 }
 
 func newPeer(c *Comm, r int) (*peer, error) {
@@ -225,6 +230,11 @@ func (c *Comm) onRequest(req *cm.Request) {
 		}
 	}
 	p.state = psAccepting
+	if h.Slots >= 2 && h.Slots <= maxCredits && h.SlotSize == uint32(c.cfg.Phases[0]) {
+		// Known now: the dialer may write before Accept returns here (its Dial returns
+		// first), and an enlargement it asks for is acknowledged into this area.
+		p.learn(h)
+	}
 	data := p.hello()
 	opts := c.connectOptions()
 	go func() {
@@ -251,15 +261,28 @@ func (p *peer) up(conn *cm.Conn, h hello) {
 		return
 	}
 	p.conn, p.state = conn, psUp
-	p.rAddr, p.rKey, p.rSlots, p.rSize, p.rPhase = h.RingAddr, h.RingKey, int(h.Slots), int(h.SlotSize), 0
-	p.credits = p.rSlots
-	p.pAck, p.pAckKey = h.AckAddr, h.AckKey
+	p.learn(h)
 	c.stats.Connections++
+	if p.ackDeferred {
+		p.ackDeferred = false
+		p.writeAck(p.lastAck)
+	}
 	go func() {
 		<-conn.Done()
 		c.submit(func() { p.down(conn.Err()) })
 	}()
 	c.activate(p)
+}
+
+// learn takes the peer's first ring and acknowledgement area from its hello.
+func (p *peer) learn(h hello) {
+	if p.known {
+		return
+	}
+	p.known = true
+	p.rAddr, p.rKey, p.rSlots, p.rSize, p.rPhase = h.RingAddr, h.RingKey, int(h.Slots), int(h.SlotSize), 0
+	p.credits = p.rSlots
+	p.pAck, p.pAckKey = h.AckAddr, h.AckKey
 }
 
 // down ends the connection: every request involving the peer fails.
@@ -383,11 +406,16 @@ func (p *peer) transfer() (sent int) {
 			}
 			p.ackNonce = c.nonce
 			p.writeSlot(&outMsg{kind: kindEnlarge})  // through the small slots
-			p.ctlSent, p.ackSince = true, time.Now() // record that it was sent
+			p.ctlSent, p.ackSince, p.ackNotified = true, time.Now(), false // record that it was sent
 			c.stats.Enlargements++
 		}
 		c.stats.ZeroByteReports++ // and report 0 bytes to the upper level
 		return 0
+	}
+	if n < len(p.sendQ) && !p.useLarge {
+		c.stats.PrefixSends++ // a later element is too large: it waits for the enlargement
+		p.useLarge = true
+		p.target = c.cfg.phaseFor(p.sendQ[n].size())
 	}
 	// Block 340 (or 356 after enlargement): the prefix, as credits and staging allow.
 	for n > 0 && p.credits > 0 && len(p.stageFree) > 0 && p.sqUsed < sqDepth {
@@ -406,10 +434,22 @@ func (p *peer) transfer() (sent int) {
 // after AckTimeout it asks the peer to write it again.
 func (p *peer) pollAck() bool {
 	c := p.c
+	if !p.ackNotified {
+		// Nothing was written since we last looked. The area is read only after the
+		// notification's completion: until then a remote WRITE may be changing it (in
+		// weakly-ordered mode its bytes land in any order), which Go's memory model
+		// calls a race; the completion orders the WRITE before the read.
+		if time.Since(p.ackSince) >= c.cfg.AckTimeout && p.sqUsed < sqDepth {
+			p.askAck()
+		}
+		return false
+	}
+	p.ackNotified = false
 	a, st := readAck(p.ackMR.Buf()[:ackLen], p.ackNonce)
 	if st == ackComplete {
 		phase := int(a.Phase)
 		if phase == p.target && phase < len(c.cfg.Phases) && int(a.SlotSize) == c.cfg.Phases[phase] && a.Slots >= 2 && a.Slots <= maxCredits {
+			p.ack, p.ackNotified = a, true // provisionLarge may have to wait: keep it
 			return true
 		}
 		st = ackPartial // not what was asked: as good as corrupt
@@ -418,11 +458,16 @@ func (p *peer) pollAck() bool {
 		c.stats.AckPartialSeen++
 	}
 	if time.Since(p.ackSince) >= c.cfg.AckTimeout && p.sqUsed < sqDepth {
-		p.postImm(wrNotify, imm(immAckResend, p.gen, 0, 0))
-		p.ackSince = time.Now()
-		c.stats.AckResends++
+		p.askAck()
 	}
 	return false
+}
+
+// askAck asks the peer to write its acknowledgement again.
+func (p *peer) askAck() {
+	p.postImm(wrNotify, imm(immAckResend, p.gen, 0, 0))
+	p.ackSince = time.Now()
+	p.c.stats.AckResends++
 }
 
 // provisionLarge is Figure 4 on the sender: once the old staging buffers are idle, they
@@ -432,7 +477,7 @@ func (p *peer) provisionLarge() bool {
 	if len(p.stageFree) != p.c.cfg.SendSlots {
 		return false // writes from the old staging buffers are still in flight
 	}
-	a, _ := readAck(p.ackMR.Buf()[:ackLen], p.ackNonce)
+	a := p.ack
 	p.stage.DeregMR() // blocks 455-456
 	p.stage = nil
 	if err := p.newStage(int(a.SlotSize)); err != nil { // blocks 457-458
@@ -443,7 +488,7 @@ func (p *peer) provisionLarge() bool {
 	p.rAddr, p.rKey, p.rSlots, p.rSize, p.rPhase = a.Addr, a.RKey, int(a.Slots), int(a.SlotSize), int(a.Phase)
 	p.rGen++
 	p.credits, p.sendSeq = p.rSlots, 0
-	p.ctlSent, p.useLarge = false, false
+	p.ctlSent, p.useLarge, p.ackNotified = false, false, false
 	return true
 }
 
@@ -528,7 +573,7 @@ func (c *Comm) completion(wc *verbs.WorkCompletion) {
 		return
 	}
 	if wc.Status != verbs.WCSuccess {
-		p.down(fmt.Errorf("%v (%v)", wc.Status, wc.VendorErr))
+		p.down(fmt.Errorf("%v (%v) wrid %#x op %v", wc.Status, wc.VendorErr, wc.WRID, wc.Opcode))
 		return
 	}
 	switch wc.Opcode {
@@ -571,6 +616,7 @@ func (p *peer) onImm(v uint32) {
 		}
 		p.onSlot(&h, b[hdrLen:hdrLen+int(h.Len)])
 	case immAckNotify:
+		p.ackNotified = true
 		c.activate(p)
 	case immAckResend:
 		if p.lastAck != nil {
@@ -639,6 +685,10 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 // writeAck writes an acknowledgement into the sender's area and notifies it.
 func (p *peer) writeAck(b []byte) {
 	c := p.c
+	if !p.known {
+		p.ackDeferred = true // our Dial returned, its answer is on the way to this goroutine
+		return
+	}
 	if c.cfg.hooks != nil && c.cfg.hooks.ack != nil {
 		if b = c.cfg.hooks.ack(p.rank, append([]byte(nil), b...)); b == nil {
 			return // the test lost it
