@@ -297,7 +297,9 @@ func (c *Comm) peer(r int) (*peer, error) {
 		return nil, err
 	}
 	c.peers[r] = p
-	c.byQPN[p.qp.QPNum()] = p
+	if p.qp != nil { // not this rank itself
+		c.byQPN[p.qp.QPNum()] = p
+	}
 	return p, nil
 }
 

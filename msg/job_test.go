@@ -72,6 +72,9 @@ func each(t *testing.T, comms []*Comm, f func(c *Comm) error) {
 	wg.Wait()
 	for r, err := range errs {
 		if err != nil {
+			for _, c := range comms {
+				t.Log(c.debugState())
+			}
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}

@@ -58,6 +58,7 @@ type peer struct {
 	state  peerState
 	conn   *cm.Conn
 	qp     *verbs.QP
+	dialQP *verbs.QP // the QP our Dial in flight uses (p.qp unless we accepted meanwhile)
 	err    error
 	queued bool
 	sqUsed int
@@ -91,14 +92,32 @@ type peer struct {
 	readQ                 []*Request          // rendezvous READs waiting for room
 
 	// Seed 004's variables, sender side.
-	useLarge bool // block 332/574: large buffers are to be used
-	ctlSent  bool // block 334/344: the control message went out
-	target   int  // the phase asked for
+	useLarge    bool // block 332/574: large buffers are to be used
+	ctlSent     bool // block 334/344: the control message went out
+	target      int  // the phase asked for
 	ackNonce    uint32
 	ackSince    time.Time
 	ackNotified bool // an acknowledgement was written since the area was last read
 	ack         ack  // the complete acknowledgement
+	ackBusy     bool // receiver: our acknowledgement WRITE is in flight
+	ackPending  bool // receiver: another one is to be written when it completes
+	ackSlot     int  // the slot of our area the next acknowledgement is written to
+
+	lastAckSlot int // receiver: the slot of the sender's area the acknowledgement goes to
 }
+
+// The acknowledgement area: ackSlots slots, each written at most once per request (a
+// resend asks for the next slot), so that a slot is read only after the WRITE into it
+// completed and no other WRITE can be landing in it; then the staging of our own
+// outgoing acknowledgements.
+const (
+	ackSlots   = 4
+	ackSlotLen = 64
+	ackOut     = ackSlots * ackSlotLen
+	ackAreaLen = ackOut + ackSlotLen
+)
+
+var _ = [1]int{}[ackLen/(ackSlotLen+1)] // an acknowledgement fits a slot
 
 func newPeer(c *Comm, r int) (*peer, error) {
 	p := &peer{c: c, rank: r, inflight: map[uint64]*Request{}, reads: map[uint64]*Request{}}
@@ -106,24 +125,33 @@ func newPeer(c *Comm, r int) (*peer, error) {
 		return p, nil
 	}
 	var err error
-	p.qp, err = c.pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, SRQ: c.srq,
-		Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxSendSGE: 1}})
-	if err != nil {
+	if p.qp, err = c.newQP(); err != nil {
 		return nil, fmt.Errorf("msg: connection to rank %d: %w", r, err)
-	}
-	if err := cm.InitQP(p.qp, verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
-		return nil, err
 	}
 	if p.ring, err = c.pd.RegMR(make([]byte, c.cfg.Slots*c.cfg.Phases[0]), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
-	if p.ackMR, err = c.pd.RegMR(make([]byte, 2*64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if p.ackMR, err = c.pd.RegMR(make([]byte, ackAreaLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	if err := p.newStage(c.cfg.Phases[0]); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// newQP creates a connection's RC QP on the rank's SRQ, in INIT.
+func (c *Comm) newQP() (*verbs.QP, error) {
+	qp, err := c.pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, SRQ: c.srq,
+		Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxSendSGE: 1}})
+	if err != nil {
+		return nil, err
+	}
+	if err := cm.InitQP(qp, verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+		qp.DestroyQP()
+		return nil, err
+	}
+	return qp, nil
 }
 
 // newStage provisions the sender's staging buffers for slots of size bytes.
@@ -163,10 +191,12 @@ func (p *peer) connect() {
 	p.state = psDialing
 	to := c.book[p.rank]
 	data := p.hello()
+	qp := p.qp
+	p.dialQP = qp
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
 		defer cancel()
-		conn, err := cm.Dial(ctx, c.dev, netip4(to.Addr(), servicePort), p.qp,
+		conn, err := cm.Dial(ctx, c.dev, netip4(to.Addr(), servicePort), qp,
 			&cm.DialParams{PrivateData: data, DevicePort: to.Port(), Options: c.connectOptions()})
 		if !c.submit(func() { c.onDialed(p, conn, err) }) && conn != nil {
 			conn.Disconnect()
@@ -182,6 +212,17 @@ var (
 )
 
 func (c *Comm) onDialed(p *peer, conn *cm.Conn, err error) {
+	if dq := p.dialQP; dq != nil && dq != p.qp {
+		// We accepted the peer's request on a fresh QP meanwhile: this one is done.
+		delete(c.byQPN, dq.QPNum())
+		p.dialQP = nil
+		if conn != nil {
+			go conn.Disconnect()
+		}
+		go dq.DestroyQP()
+		return
+	}
+	p.dialQP = nil
 	if err == nil {
 		if p.state != psDialing {
 			go conn.Disconnect()
@@ -228,6 +269,17 @@ func (c *Comm) onRequest(req *cm.Request) {
 			req.Reject(rejTie)
 			return
 		}
+		// Both dialed; the peer's Dial wins. Ours may not have sent its request yet
+		// (it runs in its own goroutine): accept on a fresh QP, so that our request,
+		// whenever it leaves, names a QP the peer has not connected to (else the
+		// peer's CM would take it for a stale connection's).
+		qp, err := c.newQP()
+		if err != nil {
+			req.Reject(nil)
+			return
+		}
+		p.qp = qp
+		c.byQPN[qp.QPNum()] = p
 	}
 	p.state = psAccepting
 	if h.Slots >= 2 && h.Slots <= maxCredits && h.SlotSize == uint32(c.cfg.Phases[0]) {
@@ -265,7 +317,7 @@ func (p *peer) up(conn *cm.Conn, h hello) {
 	c.stats.Connections++
 	if p.ackDeferred {
 		p.ackDeferred = false
-		p.writeAck(p.lastAck)
+		p.writeAck(p.lastAck, p.lastAckSlot)
 	}
 	go func() {
 		<-conn.Done()
@@ -405,7 +457,7 @@ func (p *peer) transfer() (sent int) {
 				c.nonce++
 			}
 			p.ackNonce = c.nonce
-			p.writeSlot(&outMsg{kind: kindEnlarge})  // through the small slots
+			p.writeSlot(&outMsg{kind: kindEnlarge})                        // through the small slots
 			p.ctlSent, p.ackSince, p.ackNotified = true, time.Now(), false // record that it was sent
 			c.stats.Enlargements++
 		}
@@ -445,7 +497,7 @@ func (p *peer) pollAck() bool {
 		return false
 	}
 	p.ackNotified = false
-	a, st := readAck(p.ackMR.Buf()[:ackLen], p.ackNonce)
+	a, st := readAck(p.ackMR.Buf()[p.ackSlot*ackSlotLen:][:ackLen], p.ackNonce)
 	if st == ackComplete {
 		phase := int(a.Phase)
 		if phase == p.target && phase < len(c.cfg.Phases) && int(a.SlotSize) == c.cfg.Phases[phase] && a.Slots >= 2 && a.Slots <= maxCredits {
@@ -465,7 +517,9 @@ func (p *peer) pollAck() bool {
 
 // askAck asks the peer to write its acknowledgement again.
 func (p *peer) askAck() {
-	p.postImm(wrNotify, imm(immAckResend, p.gen, 0, 0))
+	p.ackSlot = (p.ackSlot + 1) % ackSlots // a fresh slot: no earlier write can still be landing in it
+	p.ackNotified = false
+	p.postImm(wrNotify, imm(immAckResend, p.gen, 0, p.ackSlot))
 	p.ackSince = time.Now()
 	p.c.stats.AckResends++
 }
@@ -525,7 +579,7 @@ func (p *peer) writeSlot(m *outMsg) {
 	case kindFIN:
 		h.ID = m.id
 	case kindEnlarge:
-		h.Phase, h.ID = uint8(p.target), uint64(p.ackNonce)
+		h.Phase, h.ID, h.Addr = uint8(p.target), uint64(p.ackNonce), uint64(p.ackSlot)
 	}
 	h.put(buf)
 	copy(buf[hdrLen:], payload)
@@ -580,8 +634,15 @@ func (c *Comm) completion(wc *verbs.WorkCompletion) {
 	case verbs.WCRecvRDMAWithImm:
 		p.onImm(wc.ImmData)
 	case verbs.WCRDMAWrite:
-		if wc.WRID&wrKind == wrStage {
+		switch wc.WRID & wrKind {
+		case wrStage:
 			p.stageFree = append(p.stageFree, int(wc.WRID&^wrKind))
+		case wrAck:
+			p.ackBusy = false
+			if p.ackPending {
+				p.ackPending = false
+				p.writeAck(p.lastAck, p.lastAckSlot)
+			}
 		}
 		if len(p.sendQ) > 0 {
 			c.activate(p)
@@ -616,11 +677,14 @@ func (p *peer) onImm(v uint32) {
 		}
 		p.onSlot(&h, b[hdrLen:hdrLen+int(h.Len)])
 	case immAckNotify:
-		p.ackNotified = true
+		if slot == p.ackSlot {
+			p.ackNotified = true // the write into the slot we read next has landed
+		}
 		c.activate(p)
 	case immAckResend:
 		if p.lastAck != nil {
-			p.writeAck(p.lastAck)
+			p.lastAckSlot = slot % ackSlots
+			p.writeAck(p.lastAck, p.lastAckSlot)
 		}
 	}
 }
@@ -641,6 +705,7 @@ func (p *peer) onSlot(h *header, payload []byte) {
 			r.complete(nil)
 		}
 	case kindEnlarge:
+		p.lastAckSlot = int(h.Addr % ackSlots)
 		p.serveEnlarge(int(h.Phase), uint32(h.ID))
 		return // the old ring is gone: no credit for its slot
 	default:
@@ -679,14 +744,20 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 	a.put(b)
 	p.lastAck = b
 	c.stats.EnlargementsServed++
-	p.writeAck(b)
+	p.writeAck(b, p.lastAckSlot)
 }
 
 // writeAck writes an acknowledgement into the sender's area and notifies it.
-func (p *peer) writeAck(b []byte) {
+func (p *peer) writeAck(b []byte, slot int) {
 	c := p.c
 	if !p.known {
 		p.ackDeferred = true // our Dial returned, its answer is on the way to this goroutine
+		return
+	}
+	if p.ackBusy {
+		// The staging of the last one may still be read by a retransmission: write
+		// this one when that WRITE completes.
+		p.ackPending, p.lastAckSlot = true, slot
 		return
 	}
 	if c.cfg.hooks != nil && c.cfg.hooks.ack != nil {
@@ -694,13 +765,14 @@ func (p *peer) writeAck(b []byte) {
 			return // the test lost it
 		}
 	}
-	out := p.ackMR.Buf()[64 : 64+len(b)]
+	p.ackBusy = true
+	out := p.ackMR.Buf()[ackOut : ackOut+len(b)]
 	copy(out, b)
 	err := p.qp.PostSend([]verbs.SendWR{
-		{WRID: wrAck, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{p.ackMR.SGE(64, len(b))},
-			RemoteAddr: p.pAck, RKey: p.pAckKey},
+		{WRID: wrAck, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{p.ackMR.SGE(ackOut, len(b))},
+			RemoteAddr: p.pAck + uint64(slot*ackSlotLen), RKey: p.pAckKey},
 		{WRID: wrNotify, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, RemoteAddr: p.pAck, RKey: p.pAckKey,
-			ImmData: imm(immAckNotify, p.gen, 0, 0)},
+			ImmData: imm(immAckNotify, p.gen, 0, slot)},
 	})
 	if err != nil {
 		p.down(err)

@@ -1,5 +1,11 @@
 package msg
 
+import (
+	"fmt"
+
+	"github.com/softrnic/softrnic/cm"
+)
+
 // Stats returns the rank's counters.
 func (c *Comm) Stats() Stats {
 	var s Stats
@@ -52,4 +58,20 @@ func (c *Comm) Memory() Memory {
 		m.RegCache = c.regs.bytes
 	})
 	return m
+}
+
+// debugState describes the rank's connections, for a test that failed.
+func (c *Comm) debugState() string {
+	s := ""
+	c.call(func() {
+		s = fmt.Sprintf("rank %d: %d posted, %d unexpected, %d active; cm %+v\n", c.rank, len(c.posted), len(c.unexpected), len(c.active), cm.Counters(c.dev))
+		for _, p := range c.peers {
+			if p == nil || p.qp == nil {
+				continue
+			}
+			s += fmt.Sprintf("  peer %d: state %d credits %d sendQ %d ctlSent %v owed %d sqUsed %d stageFree %d phase %d/%d recvSeq %d sendSeq %d err %v\n",
+				p.rank, p.state, p.credits, len(p.sendQ), p.ctlSent, p.owed, p.sqUsed, len(p.stageFree), p.phase, p.rPhase, p.recvSeq, p.sendSeq, p.err)
+		}
+	})
+	return s
 }
