@@ -311,6 +311,9 @@ func TestClose(t *testing.T) {
 	if _, err := Listen(db, testPort); err == nil {
 		t.Error("Listen on a closed device succeeded")
 	}
+	if err := cb.Disconnect(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Disconnect after the device closed: %v, want ErrClosed", err)
+	}
 }
 
 // Many Dials at once into one listener: all are established.

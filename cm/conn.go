@@ -272,12 +272,18 @@ func (cn *Conn) Err() error {
 // Disconnect ends the connection as rdma_disconnect does: the QP moves to ERR (its
 // outstanding work requests complete with flush errors), a DisconnectRequest goes to the
 // peer, which moves its QP to ERR and answers. Disconnect returns when the answer came,
-// or with ErrTimeout when none came after the retries (the connection is ended anyway).
+// or with ErrTimeout when none came after the retries, or ErrPeerUnreachable when the
+// keep-alive gave up on the peer first (the connection is ended anyway); ErrClosed after
+// the device closed.
 // Calling it again, or after the peer disconnected, returns nil at once.
 func (cn *Conn) Disconnect() error {
 	c := cn.c
 	m := c.m
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fmt.Errorf("cm: Disconnect: %w", ErrClosed)
+	}
 	if c.state != stEstablished {
 		wait := c.discDone
 		m.mu.Unlock()

@@ -61,6 +61,9 @@ func (m *manager) probe(p *peer) {
 		m.stats.PeersLost++
 		delete(m.peers, p.addr)
 		for c := range p.conns {
+			if c.state == stDreqSent {
+				c.discErr = ErrPeerUnreachable // Disconnect waits for a DREP that will not come
+			}
 			c.toErr()
 			c.end(ErrPeerUnreachable)
 			c.timewait()

@@ -259,6 +259,7 @@ func (m *manager) Closing() {
 			close(c.discDone)
 			c.discDone = nil
 		}
+		c.state = stGone
 	}
 	for _, l := range m.listeners {
 		l.closeLocked()

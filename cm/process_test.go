@@ -181,3 +181,17 @@ func TestPeerKilled(t *testing.T) {
 		t.Errorf("QP in %v", s)
 	}
 }
+
+// Disconnect from a peer process that was killed: it does not hang, and says the peer
+// is unreachable (the keep-alive gives up before the DisconnectRequest's retries).
+func TestDisconnectKilledPeer(t *testing.T) {
+	cmd, peer, lines := startPeer(t, "hang")
+	_, c := dialPeer(t, peer, lines)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Disconnect(); !errors.Is(err, ErrPeerUnreachable) && !errors.Is(err, ErrTimeout) {
+		t.Errorf("Disconnect from a killed peer: %v, want ErrPeerUnreachable or ErrTimeout", err)
+	}
+	<-c.Done()
+}

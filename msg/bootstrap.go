@@ -1,0 +1,144 @@
+package msg
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+)
+
+// FromEnv fills Rank, Size and Root from a launcher's environment: Open MPI's mpirun
+// (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), Slurm's srun (SLURM_PROCID,
+// SLURM_NTASKS), PMI (PMI_RANK, PMI_SIZE, as rmsgrun sets); the rendezvous address from
+// SOFTRNIC_ROOT (host:port, like torch.distributed's MASTER_ADDR) and the device address
+// from SOFTRNIC_ADDR. It fails if no launcher's variables are set.
+func FromEnv(c *Config) error {
+	for _, v := range [][2]string{{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}} {
+		rs, ss := os.Getenv(v[0]), os.Getenv(v[1])
+		if rs == "" || ss == "" {
+			continue
+		}
+		r, err1 := strconv.Atoi(rs)
+		s, err2 := strconv.Atoi(ss)
+		if err1 != nil || err2 != nil || s < 1 || r < 0 || r >= s {
+			return fmt.Errorf("msg: %s=%q %s=%q: not a rank and a size", v[0], rs, v[1], ss)
+		}
+		c.Rank, c.Size = r, s
+		if c.Root == "" {
+			c.Root = os.Getenv("SOFTRNIC_ROOT")
+		}
+		if a := os.Getenv("SOFTRNIC_ADDR"); a != "" && !c.Addr.IsValid() {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return fmt.Errorf("msg: SOFTRNIC_ADDR=%q: %v", a, err)
+			}
+			c.Addr = ip
+		}
+		if c.Root == "" && s > 1 {
+			return fmt.Errorf("msg: SOFTRNIC_ROOT (host:port of rank 0's rendezvous) is not set")
+		}
+		return nil
+	}
+	return fmt.Errorf("msg: no launcher environment (OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID)")
+}
+
+// bookEntry is one rank's line of the address book.
+type bookEntry struct {
+	Rank int    `json:"rank"`
+	Dev  string `json:"dev"`
+	Job  uint64 `json:"job,omitempty"`
+}
+
+// exchange gives every rank every rank's device address: rank 0 serves root, the others
+// report to it (retrying until rank 0 is up) and get the whole book back. It also agrees
+// on a job ID (rank 0's), which connections carry so that ranks of another job are refused.
+func exchange(ctx context.Context, rank, size int, root string, dev netip.AddrPort, job uint64) ([]netip.AddrPort, uint64, error) {
+	book := make([]netip.AddrPort, size)
+	book[rank] = dev
+	if size == 1 {
+		return book, job, nil
+	}
+	if rank == 0 {
+		var lc net.ListenConfig
+		l, err := lc.Listen(ctx, "tcp", root)
+		if err != nil {
+			return nil, 0, fmt.Errorf("msg: rank 0 serving the rendezvous on %s: %w", root, err)
+		}
+		defer l.Close()
+		stop := context.AfterFunc(ctx, func() { l.Close() })
+		defer stop()
+		conns := make([]net.Conn, 0, size-1)
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for len(conns) < size-1 {
+			c, err := l.Accept()
+			if err != nil {
+				return nil, 0, fmt.Errorf("msg: rendezvous: %w (%d of %d ranks reported)", err, len(conns)+1, size)
+			}
+			var e bookEntry
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := json.NewDecoder(c).Decode(&e); err != nil || e.Rank <= 0 || e.Rank >= size || book[e.Rank].IsValid() {
+				c.Close()
+				continue // not one of ours, or a duplicate rank: ignore it
+			}
+			if book[e.Rank], err = netip.ParseAddrPort(e.Dev); err != nil {
+				c.Close()
+				continue
+			}
+			conns = append(conns, c)
+		}
+		out := make([]bookEntry, size)
+		for i, a := range book {
+			out[i] = bookEntry{Rank: i, Dev: a.String(), Job: job}
+		}
+		for _, c := range conns {
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := json.NewEncoder(c).Encode(out); err != nil {
+				return nil, 0, fmt.Errorf("msg: rendezvous: sending the address book: %w", err)
+			}
+		}
+		return book, job, nil
+	}
+	var c net.Conn
+	var d net.Dialer
+	for {
+		var err error
+		if c, err = d.DialContext(ctx, "tcp", root); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("msg: rank %d reaching rank 0's rendezvous at %s: %w", rank, root, ctx.Err())
+		case <-time.After(20 * time.Millisecond): // rank 0 may not be listening yet
+		}
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if err := json.NewEncoder(c).Encode(bookEntry{Rank: rank, Dev: dev.String()}); err != nil {
+		return nil, 0, fmt.Errorf("msg: rendezvous: %w", err)
+	}
+	var in []bookEntry
+	if err := json.NewDecoder(c).Decode(&in); err != nil {
+		return nil, 0, fmt.Errorf("msg: rendezvous: reading the address book: %w", err)
+	}
+	if len(in) != size {
+		return nil, 0, fmt.Errorf("msg: rendezvous: an address book of %d ranks, want %d", len(in), size)
+	}
+	for i, e := range in {
+		a, err := netip.ParseAddrPort(e.Dev)
+		if err != nil || e.Rank != i {
+			return nil, 0, fmt.Errorf("msg: rendezvous: bad entry %+v", e)
+		}
+		book[i] = a
+		job = e.Job
+	}
+	return book, job, nil
+}

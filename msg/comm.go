@@ -1,0 +1,448 @@
+package msg
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/softrnic/softrnic/cm"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// servicePort is the connection manager port every rank listens on.
+const servicePort = 18600
+
+// srqDepth is how many zero-length receives the rank's SRQ keeps posted: each WRITE with
+// immediate from any peer takes one.
+const srqDepth = 4096
+
+// Comm is one rank of a job: its device, its connections to the other ranks (made on
+// first use), and the progress goroutine that owns all of them.
+//
+// Every method may be called from any goroutine. The connection state, the rings, the
+// matching queues and the requests belong to the progress goroutine; API calls hand it
+// work (submit) and wait on the request.
+type Comm struct {
+	cfg  Config
+	rank int
+	size int
+	job  uint64
+	book []netip.AddrPort
+
+	dev *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	ch  *verbs.CompChannel
+	srq *verbs.SRQ
+	lis *cm.Listener
+
+	mu     sync.Mutex
+	ops    []func()
+	closed bool
+	wake   chan struct{}
+	cqEv   chan struct{}
+	done   chan struct{} // the progress goroutine ended
+
+	// Owned by the progress goroutine.
+	peers      []*peer
+	byQPN      map[uint32]*peer
+	active     []*peer // peers with something to send
+	posted     []*Request
+	unexpected []*inMsg
+	probes     []*probe
+	regs       regCache
+	nextID     uint64
+	nonce      uint32
+	stopping   bool
+	stats      Stats
+
+	collSeq int // collectives called so far (the caller's goroutine; collectives are not concurrent)
+}
+
+// Stats counts what a rank's connections did.
+type Stats struct {
+	EagerSent, EagerReceived   uint64
+	RendezvousSent, Rendezvous uint64 // rendezvous sends, and receives (RDMA READs)
+	Enlargements               uint64 // control messages sent asking a peer for a larger ring
+	EnlargementsServed         uint64 // rings enlarged at a peer's request
+	AckResends                 uint64 // acknowledgements asked for again
+	AckPartialSeen             uint64 // polls that found a partial acknowledgement
+	ZeroByteReports            uint64 // times the send routine reported 0 bytes transferred
+	PrefixSends                uint64 // vectors whose prefix went before a larger element
+	CreditMessages             uint64
+	Connections                uint64
+}
+
+// Init starts this rank: it opens the device, finds the other ranks through the
+// rendezvous at cfg.Root (rank 0 serves it), and starts listening for connections.
+// Connections are made on first use (a rank talks to few of a large job's ranks; 1,000
+// peers cost nothing until used). With cfg.Size 0 it reads the launcher's environment.
+func Init(ctx context.Context, cfg Config) (*Comm, error) {
+	if cfg.Size == 0 {
+		if err := FromEnv(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("msg: rank %d of %d", cfg.Rank, cfg.Size)
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	dc := cfg.Device
+	dc.Addr, dc.Port = cfg.Addr, verbs.AnyPort
+	dev, err := verbs.OpenDevice(dc)
+	if err != nil {
+		return nil, fmt.Errorf("msg: rank %d: %w", cfg.Rank, err)
+	}
+	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, dev: dev, wake: make(chan struct{}, 1), cqEv: make(chan struct{}, 1),
+		done: make(chan struct{}), byQPN: map[uint32]*peer{}, peers: make([]*peer, cfg.Size)}
+	c.regs.init(c)
+	fail := func(err error) (*Comm, error) {
+		dev.Close()
+		return nil, err
+	}
+	var seed [12]byte
+	crand.Read(seed[:])
+	job := binary.LittleEndian.Uint64(seed[:])
+	c.nonce = binary.LittleEndian.Uint32(seed[8:])
+	if c.pd, err = dev.AllocPD(); err != nil {
+		return fail(err)
+	}
+	if c.ch, err = dev.CreateCompChannel(); err != nil {
+		return fail(err)
+	}
+	if c.cq, err = dev.CreateCQ(1<<17, c.ch, verbs.NoHandler); err != nil {
+		return fail(err)
+	}
+	if c.srq, err = c.pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: srqDepth, MaxSGE: 1}); err != nil {
+		return fail(err)
+	}
+	recvs := make([]verbs.RecvWR, srqDepth)
+	if err := c.srq.PostSRQRecv(recvs); err != nil {
+		return fail(err)
+	}
+	if c.lis, err = cm.Listen(dev, servicePort); err != nil {
+		return fail(err)
+	}
+	if c.book, c.job, err = exchange(ctx, cfg.Rank, cfg.Size, cfg.Root, dev.Addr(), job); err != nil {
+		return fail(err)
+	}
+	go c.events()
+	go c.accept()
+	go c.run()
+	return c, nil
+}
+
+// Rank is this rank's number, Size the job's.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in the job.
+func (c *Comm) Size() int { return c.size }
+
+// Device is the rank's device.
+func (c *Comm) Device() *verbs.Context { return c.dev }
+
+// submit hands f to the progress goroutine.
+func (c *Comm) submit(f func()) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.ops = append(c.ops, f)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// call runs f on the progress goroutine and waits for it.
+func (c *Comm) call(f func()) error {
+	done := make(chan struct{})
+	if !c.submit(func() { f(); close(done) }) {
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-c.done:
+		return ErrClosed
+	}
+}
+
+// events forwards the CQ's completion events to the progress goroutine.
+func (c *Comm) events() {
+	for {
+		cq, err := c.ch.GetCQEvent(context.Background())
+		if err != nil {
+			return
+		}
+		cq.AckCQEvents(1)
+		select {
+		case c.cqEv <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// accept hands connection requests to the progress goroutine.
+func (c *Comm) accept() {
+	for {
+		req, err := c.lis.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		if !c.submit(func() { c.onRequest(req) }) {
+			req.Reject(nil)
+			return
+		}
+	}
+}
+
+// run is the progress goroutine.
+func (c *Comm) run() {
+	defer close(c.done)
+	wcs := make([]verbs.WorkCompletion, 64)
+	var ackTimer *time.Timer
+	idle := 0
+	for {
+		worked := false
+		if n := c.cq.PollCQ(wcs); n > 0 {
+			for i := range wcs[:n] {
+				c.completion(&wcs[i])
+			}
+			worked = true
+		}
+		c.mu.Lock()
+		ops := c.ops
+		c.ops = nil
+		c.mu.Unlock()
+		for _, f := range ops {
+			f()
+			worked = true
+		}
+		if c.stopping {
+			c.shutdown()
+			return
+		}
+		waitAck := false
+		active := c.active
+		c.active = c.active[:0:0]
+		for _, p := range active {
+			p.queued = false
+			if p.progress() {
+				worked = true
+			}
+			if p.needsProgress() {
+				c.activate(p)
+				waitAck = waitAck || p.ctlSent
+			}
+		}
+		if worked {
+			idle = 0
+			continue
+		}
+		// Nothing to do: spin a little (a message often follows), then sleep until a
+		// completion, a submission, or an acknowledgement's timeout.
+		if idle++; idle < 200 {
+			continue
+		}
+		idle = 0
+		c.cq.ReqNotifyCQ(false)
+		if n := c.cq.PollCQ(wcs); n > 0 {
+			for i := range wcs[:n] {
+				c.completion(&wcs[i])
+			}
+			continue
+		}
+		var timeout <-chan time.Time
+		if waitAck || len(c.active) > 0 {
+			if ackTimer == nil {
+				ackTimer = time.NewTimer(time.Millisecond)
+			} else {
+				ackTimer.Reset(time.Millisecond)
+			}
+			timeout = ackTimer.C
+		}
+		select {
+		case <-c.cqEv:
+		case <-c.wake:
+		case <-timeout:
+		}
+	}
+}
+
+// activate puts p on the list of peers with work (progress goroutine).
+func (c *Comm) activate(p *peer) {
+	if !p.queued {
+		p.queued = true
+		c.active = append(c.active, p)
+	}
+}
+
+// peer returns the state of rank r, creating it (its QP and first rings) on first use.
+func (c *Comm) peer(r int) (*peer, error) {
+	if p := c.peers[r]; p != nil {
+		return p, nil
+	}
+	p, err := newPeer(c, r)
+	if err != nil {
+		return nil, err
+	}
+	c.peers[r] = p
+	if p.qp != nil { // not this rank itself
+		c.byQPN[p.qp.QPNum()] = p
+	}
+	return p, nil
+}
+
+// Close ends this rank: its connections are disconnected (their peers' requests on them
+// fail), its device closed; every request still pending ends with ErrClosed. Call it
+// after a Barrier so that no rank closes while others still talk to it.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.done
+		return nil
+	}
+	c.ops = append(c.ops, func() { c.stopping = true })
+	c.closed = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	<-c.done
+	return c.dev.Close()
+}
+
+// shutdown fails what is pending and disconnects (progress goroutine, last).
+func (c *Comm) shutdown() {
+	c.lis.Close()
+	var wg sync.WaitGroup
+	for _, p := range c.peers {
+		if p == nil {
+			continue
+		}
+		p.fail(ErrClosed)
+		if p.conn != nil {
+			wg.Add(1)
+			go func(cn *cm.Conn) {
+				defer wg.Done()
+				cn.Disconnect()
+			}(p.conn)
+		}
+	}
+	for _, r := range c.posted {
+		r.complete(ErrClosed)
+	}
+	for _, pr := range c.probes {
+		pr.gone = true
+		close(pr.wake)
+	}
+	wg.Wait()
+}
+
+// Isend starts sending buf to rank dest with tag (MPI_Isend). buf must not change until
+// the request is done.
+func (c *Comm) Isend(buf []byte, dest, tag int) *Request {
+	return c.isend(buf, dest, tag, 0)
+}
+
+func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint8) *Request {
+	r := &Request{c: c, done: make(chan struct{}), send: true, buf: buf, peer: dest, tag: tag, ctx: ctxID}
+	if dest < 0 || dest >= c.size || tag < 0 {
+		r.complete(fmt.Errorf("msg: Isend to rank %d of %d with tag %d: invalid", dest, c.size, tag))
+		return r
+	}
+	if !c.submit(func() { c.startSend(r) }) {
+		r.complete(ErrClosed)
+	}
+	return r
+}
+
+// Irecv starts receiving into buf a message from source (or AnySource) with tag (or
+// AnyTag) (MPI_Irecv).
+func (c *Comm) Irecv(buf []byte, source, tag int) *Request {
+	return c.irecv(buf, source, tag, 0)
+}
+
+func (c *Comm) irecv(buf []byte, source, tag int, ctxID uint8) *Request {
+	r := &Request{c: c, done: make(chan struct{}), buf: buf, peer: source, tag: tag, ctx: ctxID}
+	if source < AnySource || source >= c.size || tag < AnyTag {
+		r.complete(fmt.Errorf("msg: Irecv from rank %d of %d with tag %d: invalid", source, c.size, tag))
+		return r
+	}
+	if !c.submit(func() { c.postRecv(r) }) {
+		r.complete(ErrClosed)
+	}
+	return r
+}
+
+// Send sends buf to dest with tag and returns when buf may be reused (MPI_Send).
+func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
+	_, err := c.Isend(buf, dest, tag).Wait(ctx)
+	return err
+}
+
+// Recv receives a message into buf (MPI_Recv).
+func (c *Comm) Recv(ctx context.Context, buf []byte, source, tag int) (Status, error) {
+	return c.Irecv(buf, source, tag).Wait(ctx)
+}
+
+// startSend queues a send to its peer (progress goroutine).
+func (c *Comm) startSend(r *Request) {
+	p, err := c.peer(r.peer)
+	if err != nil {
+		r.complete(err)
+		return
+	}
+	if p.err != nil {
+		r.complete(p.err)
+		return
+	}
+	if r.peer == c.rank {
+		c.sendSelf(r)
+		return
+	}
+	p.enqueue(&outMsg{kind: kindData, req: r})
+	if len(r.buf) > c.cfg.threshold(len(c.cfg.Phases)-1) {
+		p.sendQ[len(p.sendQ)-1].kind = kindRTS
+	}
+	p.connect()
+	c.activate(p)
+}
+
+// cancel ends r with err if it has not started (progress goroutine).
+func (c *Comm) cancel(r *Request, err error) {
+	if r.started {
+		return
+	}
+	if r.send {
+		if p := c.peers[r.peer]; p != nil {
+			for i, m := range p.sendQ {
+				if m.req == r {
+					p.sendQ = append(p.sendQ[:i], p.sendQ[i+1:]...)
+					r.complete(err)
+					return
+				}
+			}
+		}
+		return
+	}
+	for i, q := range c.posted {
+		if q == r {
+			c.posted = append(c.posted[:i], c.posted[i+1:]...)
+			r.complete(err)
+			return
+		}
+	}
+}

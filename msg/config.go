@@ -1,0 +1,107 @@
+package msg
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// Config configures a rank. Zero fields take the defaults shown; Rank, Size and Root
+// come from the launcher's environment when Size is 0 (see FromEnv).
+type Config struct {
+	Rank, Size int
+	// Root is the address (host:port) of the rendezvous that rank 0 serves and every
+	// rank reports to: how the ranks learn each other's devices ($SOFTRNIC_ROOT).
+	Root string
+	// Addr is this rank's device address ($SOFTRNIC_ADDR, else 127.0.0.1); the device
+	// takes an ephemeral UDP port, so that ranks on one host share an address.
+	Addr netip.Addr
+	// Phases are the eager ring's slot sizes, smallest first: every connection starts
+	// with Phases[0] and is enlarged, one connection at a time, to the phase a message
+	// needs (default 1 KiB, 16 KiB, 128 KiB). A message above the largest phase goes by
+	// rendezvous (RDMA READ from the sender's memory).
+	Phases []int
+	// Slots is how many slots a receive ring has; SendSlots how many staging buffers a
+	// connection's sender has (defaults 8 and 4).
+	Slots, SendSlots int
+	// Threshold is the fraction of a slot's payload room that a message may fill and
+	// still go in that phase (default 1: whatever fits).
+	Threshold float64
+	// AckTimeout is how long a sender waits for a complete enlargement acknowledgement
+	// before asking for it again (default 100 ms).
+	AckTimeout time.Duration
+	// Ordering offers weakly-ordered mode on every connection (used if the peer offers it).
+	Ordering verbs.Ordering
+	// Device overrides the device configuration (Addr and Port are set by the rank).
+	Device verbs.DeviceConfig
+	// ConnectTimeout bounds how long the first message to a peer waits for the connection.
+	ConnectTimeout time.Duration
+
+	hooks *testHooks
+}
+
+// DefaultPhases are the eager slot sizes of Config.Phases when none are given.
+var DefaultPhases = []int{1 << 10, 16 << 10, 128 << 10}
+
+func (c *Config) defaults() error {
+	if len(c.Phases) == 0 {
+		c.Phases = DefaultPhases
+	}
+	for i, p := range c.Phases {
+		if p < hdrLen+8 || p > 1<<24 || (i > 0 && p <= c.Phases[i-1]) {
+			return fmt.Errorf("msg: Phases %v: sizes must grow, each from %d bytes to 16 MiB", c.Phases, hdrLen+8)
+		}
+	}
+	if len(c.Phases) > 4 {
+		return fmt.Errorf("msg: at most 4 phases, not %d", len(c.Phases))
+	}
+	if c.Slots == 0 {
+		c.Slots = 8
+	}
+	if c.SendSlots == 0 {
+		c.SendSlots = 4
+	}
+	if c.Slots < 2 || c.Slots > maxCredits || c.SendSlots < 1 || c.SendSlots > 64 {
+		return fmt.Errorf("msg: Slots %d (2..%d) or SendSlots %d (1..64) out of range", c.Slots, maxCredits, c.SendSlots)
+	}
+	if c.Threshold == 0 {
+		c.Threshold = 1
+	}
+	if c.Threshold < 0.1 || c.Threshold > 1 {
+		return fmt.Errorf("msg: Threshold %v not in [0.1, 1]", c.Threshold)
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = 100 * time.Millisecond
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 30 * time.Second
+	}
+	if !c.Addr.IsValid() {
+		c.Addr = netip.MustParseAddr("127.0.0.1")
+	}
+	return nil
+}
+
+// threshold is the largest message that goes in phase p's slots.
+func (c *Config) threshold(p int) int {
+	return int(float64(c.Phases[p]-hdrLen) * c.Threshold)
+}
+
+// phaseFor is the smallest phase whose threshold n is under, or -1 (rendezvous).
+func (c *Config) phaseFor(n int) int {
+	for p := range c.Phases {
+		if n <= c.threshold(p) {
+			return p
+		}
+	}
+	return -1
+}
+
+// testHooks let tests lose, delay or corrupt enlargement acknowledgements.
+type testHooks struct {
+	// ack is called with the acknowledgement the receiver is about to write; it
+	// returns the bytes to write (nil: write nothing).
+	ack func(to int, b []byte) []byte
+}

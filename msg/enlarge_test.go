@@ -1,0 +1,177 @@
+package msg
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// exchange sends msgs from rank `from` to rank `to` (all Isend at once, so that they are
+// one send vector) and checks they arrive in order.
+func sendAll(t *testing.T, comms []*Comm, from, to int, sizes []int) {
+	t.Helper()
+	var reqs []*Request
+	for i, n := range sizes {
+		reqs = append(reqs, comms[from].Isend(pattern(n, byte(i)), to, i))
+	}
+	for i, n := range sizes {
+		got := make([]byte, n)
+		if _, err := comms[to].Recv(ctxT(t), got, from, i); err != nil {
+			t.Fatalf("message %d (%d bytes): %v", i, n, err)
+		}
+		if !bytes.Equal(got, pattern(n, byte(i))) {
+			t.Fatalf("message %d (%d bytes): wrong data", i, n)
+		}
+	}
+	for _, r := range reqs {
+		if _, err := r.Wait(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The first element over the threshold switches the connection to larger slots: the
+// sender reports 0 bytes while it waits, the receiver enlarges only this connection.
+func TestEnlargeFirstElement(t *testing.T) {
+	comms := newJob(t, 3, Config{})
+	sendAll(t, comms, 0, 2, []int{100}) // rank 2 has connections to 0 and (below) 1
+	sendAll(t, comms, 1, 2, []int{100})
+	sendAll(t, comms, 0, 2, []int{5000, 100})
+	s := comms[0].Stats()
+	if s.Enlargements != 1 || s.ZeroByteReports == 0 || s.PrefixSends != 0 {
+		t.Errorf("sender: %d enlargements, %d zero-byte reports, %d prefixes; want 1, >0, 0", s.Enlargements, s.ZeroByteReports, s.PrefixSends)
+	}
+	m := comms[2].Memory()
+	for _, p := range m.Peers {
+		want := map[int]int{0: 1, 1: 0}[p.Rank] // only rank 0's connection grew
+		if p.RecvPhase != want {
+			t.Errorf("rank 2's ring from rank %d in phase %d, want %d", p.Rank, p.RecvPhase, want)
+		}
+	}
+}
+
+// A later element over the threshold: the prefix that fits goes first, the rest after
+// the enlargement.
+func TestEnlargeLaterElement(t *testing.T) {
+	comms := newJob(t, 2, Config{})
+	sendAll(t, comms, 0, 1, []int{10, 200, 900, 8000, 50})
+	if s := comms[0].Stats(); s.PrefixSends != 1 || s.Enlargements != 1 {
+		t.Errorf("%d prefix sends, %d enlargements; want 1 and 1", s.PrefixSends, s.Enlargements)
+	}
+}
+
+// Three phases, and each connection's registered memory follows its phase.
+func TestThreePhases(t *testing.T) {
+	comms := newJob(t, 2, Config{})
+	sendAll(t, comms, 0, 1, []int{500})
+	small := comms[1].Memory()
+	sendAll(t, comms, 0, 1, []int{5000})
+	sendAll(t, comms, 0, 1, []int{100000})
+	large := comms[1].Memory()
+	if s := comms[0].Stats(); s.Enlargements != 2 {
+		t.Errorf("%d enlargements, want 2 (1 KiB -> 16 KiB -> 128 KiB)", s.Enlargements)
+	}
+	if small.Registered > 16<<10 {
+		t.Errorf("a small connection holds %d bytes registered, more than 16 KiB", small.Registered)
+	}
+	if p := large.Peers[0]; p.RecvPhase != 2 || p.RecvRing != 8*128<<10 {
+		t.Errorf("after two enlargements: %+v", p)
+	}
+	t.Logf("registered per connection: %d bytes small, %d after enlargement", small.Registered, large.Registered)
+}
+
+// Both directions enlarge at once while another connection carries small traffic.
+func TestEnlargeBothWaysWithTraffic(t *testing.T) {
+	for _, ord := range []verbs.Ordering{verbs.OrderingOrdered, verbs.OrderingWeak} {
+		t.Run(ord.String(), func(t *testing.T) {
+			comms := newJob(t, 3, Config{Ordering: ord})
+			each(t, comms, func(c *Comm) error {
+				ctx := ctxT(t)
+				switch c.Rank() {
+				case 0, 1:
+					peer := 1 - c.Rank()
+					var reqs []*Request
+					for i, n := range []int{100, 3000, 20000, 200, 60000} {
+						reqs = append(reqs, c.Isend(pattern(n, byte(i+c.Rank())), peer, i))
+					}
+					for i := 0; i < 50; i++ {
+						reqs = append(reqs, c.Isend(pattern(64, byte(i)), 2, 100+i))
+					}
+					for i, n := range []int{100, 3000, 20000, 200, 60000} {
+						got := make([]byte, n)
+						if _, err := c.Recv(ctx, got, peer, i); err != nil {
+							return err
+						}
+						if !bytes.Equal(got, pattern(n, byte(i+peer))) {
+							return fmt.Errorf("message %d: wrong data", i)
+						}
+					}
+					for _, r := range reqs {
+						if _, err := r.Wait(ctx); err != nil {
+							return err
+						}
+					}
+				case 2:
+					got := make([]byte, 64)
+					for from := 0; from < 2; from++ {
+						for i := 0; i < 50; i++ {
+							if _, err := c.Recv(ctx, got, from, 100+i); err != nil {
+								return err
+							}
+							if !bytes.Equal(got, pattern(64, byte(i))) {
+								return fmt.Errorf("small message %d from %d: wrong data", i, from)
+							}
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// Acknowledgements lost, partial (head flag only), or corrupt leave the transfer pending
+// until a complete one arrives (the sender asks again after AckTimeout).
+func TestEnlargeAckFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(b []byte) []byte
+	}{
+		{"lost", func([]byte) []byte { return nil }},
+		{"partial", func(b []byte) []byte { return b[:4] }},
+		{"corrupt", func(b []byte) []byte { b[10] ^= 0xFF; return b }},
+		{"stale", func(b []byte) []byte { b[0]++; b[36]++; return b }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spoiled := 0
+			cfg := Config{AckTimeout: 20 * time.Millisecond}
+			cfg.hooks = &testHooks{ack: func(to int, b []byte) []byte {
+				if spoiled < 2 {
+					spoiled++
+					return tc.mod(b)
+				}
+				return b
+			}}
+			comms := newJob(t, 2, cfg)
+			sendAll(t, comms, 0, 1, []int{10, 4000, 10})
+			s := comms[0].Stats()
+			if s.AckResends < 2 {
+				t.Errorf("%d acknowledgements asked again, want at least 2", s.AckResends)
+			}
+			if tc.name != "lost" && tc.name != "stale" && s.AckPartialSeen == 0 {
+				t.Errorf("no partial acknowledgement seen")
+			}
+		})
+	}
+}
+
+// Under packet loss, duplication and reordering, enlargement and rendezvous still
+// deliver every byte (the RC transport recovers; the layer must not care).
+func TestEnlargeUnderFaults(t *testing.T) {
+	comms := newJob(t, 2, Config{Device: verbs.DeviceConfig{Faults: &verbs.Faults{Loss: 0.03, Dup: 0.02, Reorder: 0.03, Seed: 3}}})
+	sendAll(t, comms, 0, 1, []int{10, 700, 4000, 30000, 200000, 10})
+	sendAll(t, comms, 1, 0, []int{20000, 5})
+}

@@ -1,0 +1,143 @@
+package msg
+
+import (
+	"context"
+	"fmt"
+)
+
+// Matching, as MPI defines it: a receive takes the first message, in arrival order, whose
+// source, tag and context match it; a message takes the first posted receive, in post
+// order, that matches it. Messages from one source arrive in the order they were sent
+// (one ring per connection, consumed in order), so they do not overtake each other.
+
+// inMsg is an arrived message not yet matched: an eager payload (copied out of its slot)
+// or a rendezvous request.
+type inMsg struct {
+	src, tag int
+	ctx      uint8
+	data     []byte // eager
+	rndv     bool
+	total    int
+	id       uint64
+	addr     uint64
+	rkey     uint32
+}
+
+func (r *Request) matches(src, tag int, ctx uint8) bool {
+	return r.ctx == ctx && (r.peer == AnySource || r.peer == src) && (r.tag == AnyTag || r.tag == tag)
+}
+
+// postRecv matches a new receive against the unexpected messages, or posts it.
+func (c *Comm) postRecv(r *Request) {
+	if r.peer != AnySource {
+		if p, err := c.peer(r.peer); err == nil && p.err != nil {
+			r.complete(p.err)
+			return
+		}
+	}
+	for i, m := range c.unexpected {
+		if r.matches(m.src, m.tag, m.ctx) {
+			c.unexpected = append(c.unexpected[:i], c.unexpected[i+1:]...)
+			c.deliver(r, m)
+			return
+		}
+	}
+	c.posted = append(c.posted, r)
+}
+
+// arrived matches a message that just arrived, or keeps it as unexpected.
+func (c *Comm) arrived(m *inMsg) {
+	for i, r := range c.posted {
+		if r.matches(m.src, m.tag, m.ctx) {
+			c.posted = append(c.posted[:i], c.posted[i+1:]...)
+			c.deliver(r, m)
+			return
+		}
+	}
+	if !m.rndv {
+		m.data = append([]byte(nil), m.data...) // out of the slot, which goes back to the sender
+	}
+	c.unexpected = append(c.unexpected, m)
+	for i := 0; i < len(c.probes); i++ {
+		if pr := c.probes[i]; pr.matches(m) {
+			pr.st = Status{Source: m.src, Tag: m.tag, Count: m.total}
+			close(pr.wake)
+			c.probes = append(c.probes[:i], c.probes[i+1:]...)
+			i--
+		}
+	}
+}
+
+// deliver completes receive r with message m (or starts its rendezvous read).
+func (c *Comm) deliver(r *Request, m *inMsg) {
+	r.started = true
+	r.status = Status{Source: m.src, Tag: m.tag, Count: m.total}
+	if m.rndv {
+		c.startRead(r, m)
+		return
+	}
+	n := copy(r.buf, m.data)
+	if n < m.total {
+		r.complete(fmt.Errorf("%w: %d bytes from rank %d (tag %d) into a %d-byte buffer", ErrTruncated, m.total, m.src, m.tag, len(r.buf)))
+		return
+	}
+	r.complete(nil)
+}
+
+// sendSelf delivers a message a rank sends to itself.
+func (c *Comm) sendSelf(r *Request) {
+	r.started = true
+	c.arrived(&inMsg{src: c.rank, tag: r.tag, ctx: r.ctx, data: r.buf, total: len(r.buf)})
+	r.complete(nil)
+}
+
+// probe is a Probe waiting for a matching message.
+type probe struct {
+	src, tag int
+	ctx      uint8
+	wake     chan struct{}
+	st       Status
+	gone     bool // the communicator closed
+}
+
+func (p *probe) matches(m *inMsg) bool {
+	return p.ctx == m.ctx && (p.src == AnySource || p.src == m.src) && (p.tag == AnyTag || p.tag == m.tag)
+}
+
+// Probe waits for a message from source with tag that a Recv would take, and returns its
+// status without receiving it (MPI_Probe).
+func (c *Comm) Probe(ctx context.Context, source, tag int) (Status, error) {
+	pr := &probe{src: source, tag: tag, wake: make(chan struct{})}
+	found := false
+	if err := c.call(func() {
+		for _, m := range c.unexpected {
+			if pr.matches(m) {
+				pr.st, found = Status{Source: m.src, Tag: m.tag, Count: m.total}, true
+				return
+			}
+		}
+		c.probes = append(c.probes, pr)
+	}); err != nil {
+		return Status{}, err
+	}
+	if found {
+		return pr.st, nil
+	}
+	select {
+	case <-pr.wake:
+		if pr.gone {
+			return Status{}, ErrClosed
+		}
+		return pr.st, nil
+	case <-ctx.Done():
+		c.submit(func() {
+			for i, q := range c.probes {
+				if q == pr {
+					c.probes = append(c.probes[:i], c.probes[i+1:]...)
+					return
+				}
+			}
+		})
+		return Status{}, ctx.Err()
+	}
+}

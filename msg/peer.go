@@ -1,0 +1,789 @@
+package msg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/softrnic/softrnic/cm"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+type peerState int
+
+const (
+	psIdle      peerState = iota
+	psDialing             // our Dial is in flight
+	psAwaiting            // our Dial lost the tie-break: the peer's request is coming
+	psAccepting           // we accept the peer's request
+	psUp
+	psDead
+)
+
+// Work request IDs: kind in the top byte.
+const (
+	wrStage  = 1 << 56 // a slot write from staging buffer (low bits: its index)
+	wrCredit = 2 << 56
+	wrAck    = 3 << 56
+	wrRead   = 4 << 56 // a rendezvous READ (low bits: the read's ID)
+	wrNotify = 5 << 56
+	wrKind   = 0xFF << 56
+)
+
+// sqDepth is each connection's send queue.
+const sqDepth = 128
+
+// outMsg is an element of a connection's send vector: a message or a control message.
+type outMsg struct {
+	kind uint8
+	req  *Request
+	id   uint64 // kindFIN: the message read
+}
+
+// size is what the element needs of a slot's payload room.
+func (m *outMsg) size() int {
+	if m.kind == kindData {
+		return len(m.req.buf)
+	}
+	return 0
+}
+
+// peer is this rank's connection to one other rank: the ring it receives into (written by
+// the peer), the peer's ring it sends into, staging buffers, and the enlargement state of
+// seed 004 for each direction. Owned by the progress goroutine.
+type peer struct {
+	c      *Comm
+	rank   int
+	state  peerState
+	conn   *cm.Conn
+	qp     *verbs.QP
+	dialQP *verbs.QP // the QP our Dial in flight uses (p.qp unless we accepted meanwhile)
+	err    error
+	queued bool
+	sqUsed int
+
+	// Receive direction: our ring, written by the peer.
+	ring    *verbs.MR
+	phase   int    // our ring's phase
+	gen     int    // our ring's generation (one per enlargement)
+	recvSeq uint64 // slots consumed
+	owed    int    // credits to give back
+	ackMR   *verbs.MR
+	lastAck []byte // the acknowledgement last written, for a resend
+	pAck    uint64 // the peer's acknowledgement area
+	pAckKey uint32
+	known   bool // the peer's hello was taken (its ring and acknowledgement area)
+
+	ackDeferred bool // an acknowledgement waits for the peer's hello (our Dial's answer)
+
+	// Send direction: the peer's ring.
+	rAddr                 uint64
+	rKey                  uint32
+	rSlots, rSize, rPhase int
+	rGen                  int
+	credits               int
+	sendSeq               uint64
+	stage                 *verbs.MR
+	stageFree             []int
+	sendQ                 []*outMsg
+	inflight              map[uint64]*Request // rendezvous sends waiting for FIN
+	reads                 map[uint64]*Request // rendezvous READs in flight
+	readQ                 []*Request          // rendezvous READs waiting for room
+
+	// Seed 004's variables, sender side.
+	useLarge    bool // block 332/574: large buffers are to be used
+	ctlSent     bool // block 334/344: the control message went out
+	target      int  // the phase asked for
+	ackNonce    uint32
+	ackSince    time.Time
+	ackNotified bool // an acknowledgement was written since the area was last read
+	ack         ack  // the complete acknowledgement
+	ackBusy     bool // receiver: our acknowledgement WRITE is in flight
+	ackPending  bool // receiver: another one is to be written when it completes
+	ackSlot     int  // the slot of our area the next acknowledgement is written to
+
+	lastAckSlot int // receiver: the slot of the sender's area the acknowledgement goes to
+}
+
+// The acknowledgement area: ackSlots slots, each written at most once per request (a
+// resend asks for the next slot), so that a slot is read only after the WRITE into it
+// completed and no other WRITE can be landing in it; then the staging of our own
+// outgoing acknowledgements.
+const (
+	ackSlots   = 4
+	ackSlotLen = 64
+	ackOut     = ackSlots * ackSlotLen
+	ackAreaLen = ackOut + ackSlotLen
+)
+
+var _ = [1]int{}[ackLen/(ackSlotLen+1)] // an acknowledgement fits a slot
+
+func newPeer(c *Comm, r int) (*peer, error) {
+	p := &peer{c: c, rank: r, inflight: map[uint64]*Request{}, reads: map[uint64]*Request{}}
+	if r == c.rank {
+		return p, nil
+	}
+	var err error
+	if p.qp, err = c.newQP(); err != nil {
+		return nil, fmt.Errorf("msg: connection to rank %d: %w", r, err)
+	}
+	if p.ring, err = c.pd.RegMR(make([]byte, c.cfg.Slots*c.cfg.Phases[0]), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if p.ackMR, err = c.pd.RegMR(make([]byte, ackAreaLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if err := p.newStage(c.cfg.Phases[0]); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newQP creates a connection's RC QP on the rank's SRQ, in INIT.
+func (c *Comm) newQP() (*verbs.QP, error) {
+	qp, err := c.pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, SRQ: c.srq,
+		Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxSendSGE: 1}})
+	if err != nil {
+		return nil, err
+	}
+	if err := cm.InitQP(qp, verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+		qp.DestroyQP()
+		return nil, err
+	}
+	return qp, nil
+}
+
+// newStage provisions the sender's staging buffers for slots of size bytes.
+func (p *peer) newStage(size int) error {
+	mr, err := p.c.pd.RegMR(make([]byte, p.c.cfg.SendSlots*size), verbs.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	p.stage = mr
+	p.stageFree = p.stageFree[:0]
+	for i := p.c.cfg.SendSlots - 1; i >= 0; i-- {
+		p.stageFree = append(p.stageFree, i)
+	}
+	return nil
+}
+
+func (p *peer) hello() []byte {
+	c := p.c
+	h := hello{Job: c.job, Rank: uint32(c.rank), RingAddr: p.ring.Addr(), RingKey: p.ring.RKey(), Slots: uint32(c.cfg.Slots),
+		SlotSize: uint32(c.cfg.Phases[0]), AckAddr: p.ackMR.Addr(), AckKey: p.ackMR.RKey()}
+	return h.put()
+}
+
+func (c *Comm) connectOptions() verbs.ConnectOptions {
+	return verbs.ConnectOptions{MTU: verbs.MTU4096, Ordering: c.cfg.Ordering}
+}
+
+// enqueue appends an element to the send vector.
+func (p *peer) enqueue(m *outMsg) { p.sendQ = append(p.sendQ, m) }
+
+// connect dials the peer unless a connection is made or being made.
+func (p *peer) connect() {
+	if p.state != psIdle || p.rank == p.c.rank {
+		return
+	}
+	c := p.c
+	p.state = psDialing
+	to := c.book[p.rank]
+	data := p.hello()
+	qp := p.qp
+	p.dialQP = qp
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
+		defer cancel()
+		conn, err := cm.Dial(ctx, c.dev, netip4(to.Addr(), servicePort), qp,
+			&cm.DialParams{PrivateData: data, DevicePort: to.Port(), Options: c.connectOptions()})
+		if !c.submit(func() { c.onDialed(p, conn, err) }) && conn != nil {
+			conn.Disconnect()
+		}
+	}()
+}
+
+// Reject reasons in private data.
+var (
+	rejTie = []byte("tie") // both dialed; the lower rank's Dial wins
+	rejDup = []byte("dup") // already connected
+	rejJob = []byte("job") // not of this job
+)
+
+func (c *Comm) onDialed(p *peer, conn *cm.Conn, err error) {
+	if dq := p.dialQP; dq != nil && dq != p.qp {
+		// We accepted the peer's request on a fresh QP meanwhile: this one is done.
+		delete(c.byQPN, dq.QPNum())
+		p.dialQP = nil
+		if conn != nil {
+			go conn.Disconnect()
+		}
+		go dq.DestroyQP()
+		return
+	}
+	p.dialQP = nil
+	if err == nil {
+		if p.state != psDialing {
+			go conn.Disconnect()
+			return
+		}
+		h, ok := getHello(conn.PrivateData())
+		if !ok || h.Job != c.job || int(h.Rank) != p.rank {
+			go conn.Disconnect()
+			p.down(fmt.Errorf("rank %d answered as another job's rank %d", p.rank, h.Rank))
+			return
+		}
+		p.up(conn, h)
+		return
+	}
+	if p.state != psDialing {
+		return // we accepted the peer's request instead
+	}
+	var rej *cm.RejectError
+	if errors.As(err, &rej) && string(trimZero(rej.PrivateData)) == string(rejTie) {
+		p.state = psAwaiting
+		return
+	}
+	p.down(err)
+}
+
+// onRequest answers a connection request from another rank.
+func (c *Comm) onRequest(req *cm.Request) {
+	h, ok := getHello(req.PrivateData)
+	if !ok || h.Job != c.job || int(h.Rank) >= c.size || int(h.Rank) == c.rank {
+		req.Reject(rejJob)
+		return
+	}
+	p, err := c.peer(int(h.Rank))
+	if err != nil {
+		req.Reject(nil)
+		return
+	}
+	switch p.state {
+	case psUp, psAccepting, psDead:
+		req.Reject(rejDup)
+		return
+	case psDialing:
+		if c.rank < p.rank {
+			req.Reject(rejTie)
+			return
+		}
+		// Both dialed; the peer's Dial wins. Ours may not have sent its request yet
+		// (it runs in its own goroutine): accept on a fresh QP, so that our request,
+		// whenever it leaves, names a QP the peer has not connected to (else the
+		// peer's CM would take it for a stale connection's).
+		qp, err := c.newQP()
+		if err != nil {
+			req.Reject(nil)
+			return
+		}
+		p.qp = qp
+		c.byQPN[qp.QPNum()] = p
+	}
+	p.state = psAccepting
+	if h.Slots >= 2 && h.Slots <= maxCredits && h.SlotSize == uint32(c.cfg.Phases[0]) {
+		// Known now: the dialer may write before Accept returns here (its Dial returns
+		// first), and an enlargement it asks for is acknowledged into this area.
+		p.learn(h)
+	}
+	data := p.hello()
+	opts := c.connectOptions()
+	go func() {
+		conn, err := req.Accept(p.qp, &cm.AcceptParams{PrivateData: data, Options: opts})
+		ok := c.submit(func() {
+			if err != nil {
+				p.down(err)
+				return
+			}
+			p.up(conn, h)
+		})
+		if !ok && conn != nil {
+			conn.Disconnect()
+		}
+	}()
+}
+
+// up makes the connection usable: the peer's first ring and acknowledgement area.
+func (p *peer) up(conn *cm.Conn, h hello) {
+	c := p.c
+	if h.Slots < 2 || h.Slots > maxCredits || h.SlotSize < hdrLen+8 || h.SlotSize != uint32(c.cfg.Phases[0]) {
+		go conn.Disconnect()
+		p.down(fmt.Errorf("rank %d's ring (%d slots of %d bytes) does not fit this job's configuration", p.rank, h.Slots, h.SlotSize))
+		return
+	}
+	p.conn, p.state = conn, psUp
+	p.learn(h)
+	c.stats.Connections++
+	if p.ackDeferred {
+		p.ackDeferred = false
+		p.writeAck(p.lastAck, p.lastAckSlot)
+	}
+	go func() {
+		<-conn.Done()
+		c.submit(func() { p.down(conn.Err()) })
+	}()
+	c.activate(p)
+}
+
+// learn takes the peer's first ring and acknowledgement area from its hello.
+func (p *peer) learn(h hello) {
+	if p.known {
+		return
+	}
+	p.known = true
+	p.rAddr, p.rKey, p.rSlots, p.rSize, p.rPhase = h.RingAddr, h.RingKey, int(h.Slots), int(h.SlotSize), 0
+	p.credits = p.rSlots
+	p.pAck, p.pAckKey = h.AckAddr, h.AckKey
+}
+
+// down ends the connection: every request involving the peer fails.
+func (p *peer) down(err error) {
+	if p.state == psDead {
+		return
+	}
+	p.state = psDead
+	p.err = errPeer(p.rank, err)
+	p.fail(p.err)
+	if p.qp != nil {
+		p.qp.ModifyQP(&verbs.QPAttr{QPState: verbs.StateErr}, verbs.QPAttrState)
+	}
+}
+
+// fail ends every request that involves the peer with err.
+func (p *peer) fail(err error) {
+	c := p.c
+	for _, m := range p.sendQ {
+		if m.req != nil {
+			m.req.complete(err)
+		}
+	}
+	p.sendQ = nil
+	for id, r := range p.inflight {
+		r.complete(err)
+		delete(p.inflight, id)
+	}
+	for id, r := range p.reads {
+		r.complete(err)
+		delete(p.reads, id)
+	}
+	for _, r := range p.readQ {
+		r.complete(err)
+	}
+	p.readQ = nil
+	keep := c.posted[:0]
+	for _, r := range c.posted {
+		if r.peer == p.rank {
+			r.complete(err)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	c.posted = keep
+}
+
+// needsProgress reports whether the progress goroutine should call progress again
+// without waiting for a completion.
+func (p *peer) needsProgress() bool {
+	if p.state != psUp {
+		return false
+	}
+	if p.ctlSent || len(p.readQ) > 0 && p.sqUsed < sqDepth || p.owed >= p.creditBatch() && p.sqUsed < sqDepth {
+		return true
+	}
+	return len(p.sendQ) > 0 && p.credits > 0 && len(p.stageFree) > 0 && p.sqUsed < sqDepth
+}
+
+func (p *peer) creditBatch() int { return max(1, p.c.cfg.Slots/2) }
+
+// progress moves what the connection can: READs, the send routine, credits.
+func (p *peer) progress() bool {
+	if p.state != psUp {
+		return false
+	}
+	worked := false
+	for len(p.readQ) > 0 && p.sqUsed < sqDepth {
+		r := p.readQ[0]
+		p.readQ = p.readQ[1:]
+		p.postRead(r)
+		worked = true
+	}
+	if len(p.sendQ) > 0 || p.ctlSent {
+		if p.transfer() > 0 {
+			worked = true
+		}
+	}
+	if p.owed >= p.creditBatch() && p.sqUsed < sqDepth {
+		p.postImm(wrCredit, imm(immCredit, p.gen, p.owed, 0))
+		p.owed = 0
+		p.c.stats.CreditMessages++
+		worked = true
+	}
+	return worked
+}
+
+// transfer is seed 004's send routine (its Figures 3 and 5) over the connection's send
+// vector: it returns how many elements it handed to the transport, 0 when it is waiting
+// (for the peer's acknowledgement, credits, or staging room), and never blocks.
+func (p *peer) transfer() (sent int) {
+	c := p.c
+	if p.ctlSent { // block 334: the control message was sent before
+		if !p.pollAck() { // block 348: no complete acknowledgement yet
+			c.stats.ZeroByteReports++ // block 350: tell the upper level nothing went
+			return 0
+		}
+		if !p.provisionLarge() { // block 354 (Figure 4)
+			c.stats.ZeroByteReports++
+			return 0
+		}
+	}
+	// Figure 5: the elements of the vector, one by one, against the threshold of the
+	// slots in use; the prefix that fits goes now.
+	n := 0
+	for i, m := range p.sendQ {
+		if m.size() > c.cfg.threshold(p.rPhase) { // block 566
+			if i == 0 { // block 572: the first element does not fit
+				p.useLarge = true // block 574
+				p.target = c.cfg.phaseFor(m.size())
+			}
+			break // a later one: the prefix goes now, the rest after enlargement
+		}
+		n++
+	}
+	if n == 0 { // block 576 -> 344: ask the receiver to provision larger slots
+		if p.useLarge && p.credits > 0 && len(p.stageFree) > 0 && p.sqUsed < sqDepth {
+			c.nonce++
+			if c.nonce == 0 {
+				c.nonce++
+			}
+			p.ackNonce = c.nonce
+			p.writeSlot(&outMsg{kind: kindEnlarge})                        // through the small slots
+			p.ctlSent, p.ackSince, p.ackNotified = true, time.Now(), false // record that it was sent
+			c.stats.Enlargements++
+		}
+		c.stats.ZeroByteReports++ // and report 0 bytes to the upper level
+		return 0
+	}
+	if n < len(p.sendQ) && !p.useLarge {
+		c.stats.PrefixSends++ // a later element is too large: it waits for the enlargement
+		p.useLarge = true
+		p.target = c.cfg.phaseFor(p.sendQ[n].size())
+	}
+	// Block 340 (or 356 after enlargement): the prefix, as credits and staging allow.
+	for n > 0 && p.credits > 0 && len(p.stageFree) > 0 && p.sqUsed < sqDepth {
+		m := p.sendQ[0]
+		p.sendQ[0] = nil
+		p.sendQ = p.sendQ[1:]
+		n--
+		p.writeSlot(m)
+		sent++
+	}
+	return sent
+}
+
+// pollAck looks at the acknowledgement area (block 348): complete, partial (the head
+// flag without the tail, or a bad CRC: poll again), or nothing. Without a complete one
+// after AckTimeout it asks the peer to write it again.
+func (p *peer) pollAck() bool {
+	c := p.c
+	if !p.ackNotified {
+		// Nothing was written since we last looked. The area is read only after the
+		// notification's completion: until then a remote WRITE may be changing it (in
+		// weakly-ordered mode its bytes land in any order), which Go's memory model
+		// calls a race; the completion orders the WRITE before the read.
+		if time.Since(p.ackSince) >= c.cfg.AckTimeout && p.sqUsed < sqDepth {
+			p.askAck()
+		}
+		return false
+	}
+	p.ackNotified = false
+	a, st := readAck(p.ackMR.Buf()[p.ackSlot*ackSlotLen:][:ackLen], p.ackNonce)
+	if st == ackComplete {
+		phase := int(a.Phase)
+		if phase == p.target && phase < len(c.cfg.Phases) && int(a.SlotSize) == c.cfg.Phases[phase] && a.Slots >= 2 && a.Slots <= maxCredits {
+			p.ack, p.ackNotified = a, true // provisionLarge may have to wait: keep it
+			return true
+		}
+		st = ackPartial // not what was asked: as good as corrupt
+	}
+	if st == ackPartial {
+		c.stats.AckPartialSeen++
+	}
+	if time.Since(p.ackSince) >= c.cfg.AckTimeout && p.sqUsed < sqDepth {
+		p.askAck()
+	}
+	return false
+}
+
+// askAck asks the peer to write its acknowledgement again.
+func (p *peer) askAck() {
+	p.ackSlot = (p.ackSlot + 1) % ackSlots // a fresh slot: no earlier write can still be landing in it
+	p.ackNotified = false
+	p.postImm(wrNotify, imm(immAckResend, p.gen, 0, p.ackSlot))
+	p.ackSince = time.Now()
+	p.c.stats.AckResends++
+}
+
+// provisionLarge is Figure 4 on the sender: once the old staging buffers are idle, they
+// are unregistered and freed, larger ones allocated and registered, and the peer's new
+// ring (from the acknowledgement) used from now on.
+func (p *peer) provisionLarge() bool {
+	if len(p.stageFree) != p.c.cfg.SendSlots {
+		return false // writes from the old staging buffers are still in flight
+	}
+	a := p.ack
+	p.stage.DeregMR() // blocks 455-456
+	p.stage = nil
+	if err := p.newStage(int(a.SlotSize)); err != nil { // blocks 457-458
+		p.down(err)
+		return false
+	}
+	// Block 459: the new ring's address and key.
+	p.rAddr, p.rKey, p.rSlots, p.rSize, p.rPhase = a.Addr, a.RKey, int(a.Slots), int(a.SlotSize), int(a.Phase)
+	p.rGen++
+	p.credits, p.sendSeq = p.rSlots, 0
+	p.ctlSent, p.useLarge, p.ackNotified = false, false, false
+	return true
+}
+
+// writeSlot copies an element into a staging buffer and writes it into the peer's next
+// slot with immediate data (and the credits we owe).
+func (p *peer) writeSlot(m *outMsg) {
+	c := p.c
+	idx := p.stageFree[len(p.stageFree)-1]
+	p.stageFree = p.stageFree[:len(p.stageFree)-1]
+	buf := p.stage.Buf()[idx*p.rSize : (idx+1)*p.rSize]
+	h := header{Kind: m.kind, Src: uint32(c.rank)}
+	var payload []byte
+	switch m.kind {
+	case kindData:
+		r := m.req
+		r.started = true
+		h.Tag, h.Ctx, h.Len, h.Total = int32(r.tag), r.ctx, uint32(len(r.buf)), uint64(len(r.buf))
+		payload = r.buf
+		c.stats.EagerSent++
+	case kindRTS:
+		r := m.req
+		r.started = true
+		e, err := c.regs.get(r.buf, verbs.AccessRemoteRead)
+		if err != nil {
+			p.stageFree = append(p.stageFree, idx)
+			r.complete(err)
+			return
+		}
+		c.nextID++
+		r.id, r.pinned = c.nextID, e
+		p.inflight[r.id] = r
+		h.Tag, h.Ctx, h.Total, h.ID, h.Addr, h.RKey = int32(r.tag), r.ctx, uint64(len(r.buf)), r.id, e.addr(r.buf), e.mr.RKey()
+		c.stats.RendezvousSent++
+	case kindFIN:
+		h.ID = m.id
+	case kindEnlarge:
+		h.Phase, h.ID, h.Addr = uint8(p.target), uint64(p.ackNonce), uint64(p.ackSlot)
+	}
+	h.put(buf)
+	copy(buf[hdrLen:], payload)
+	slot := int(p.sendSeq % uint64(p.rSlots))
+	credits := min(p.owed, maxCredits)
+	p.owed -= credits
+	err := p.qp.PostSend([]verbs.SendWR{{WRID: wrStage | uint64(idx), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{p.stage.SGE(idx*p.rSize, hdrLen+len(payload))}, RemoteAddr: p.rAddr + uint64(slot*p.rSize), RKey: p.rKey,
+		ImmData: imm(immSlot, p.gen, credits, slot)}})
+	if err != nil {
+		p.down(err)
+		return
+	}
+	p.sqUsed++
+	p.credits--
+	p.sendSeq++
+	if m.kind == kindData {
+		m.req.complete(nil) // copied: the buffer is the caller's again
+	}
+}
+
+// postImm posts a zero-length WRITE with immediate data (credits, notifications).
+func (p *peer) postImm(wrid uint64, v uint32) {
+	err := p.qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+		RemoteAddr: p.rAddr, RKey: p.rKey, ImmData: v}})
+	if err != nil {
+		p.down(err)
+		return
+	}
+	p.sqUsed++
+}
+
+// completion handles one completion of the rank's CQ (progress goroutine).
+func (c *Comm) completion(wc *verbs.WorkCompletion) {
+	p := c.byQPN[wc.QPNum]
+	if wc.Opcode == verbs.WCRecvRDMAWithImm || (wc.Status != verbs.WCSuccess && wc.WRID == 0) {
+		// An SRQ receive: put it back.
+		if !c.stopping {
+			c.srq.PostSRQRecv([]verbs.RecvWR{{}})
+		}
+	} else if p != nil {
+		p.sqUsed--
+	}
+	if p == nil {
+		return
+	}
+	if wc.Status != verbs.WCSuccess {
+		p.down(fmt.Errorf("%v (%v) wrid %#x op %v", wc.Status, wc.VendorErr, wc.WRID, wc.Opcode))
+		return
+	}
+	switch wc.Opcode {
+	case verbs.WCRecvRDMAWithImm:
+		p.onImm(wc.ImmData)
+	case verbs.WCRDMAWrite:
+		switch wc.WRID & wrKind {
+		case wrStage:
+			p.stageFree = append(p.stageFree, int(wc.WRID&^wrKind))
+		case wrAck:
+			p.ackBusy = false
+			if p.ackPending {
+				p.ackPending = false
+				p.writeAck(p.lastAck, p.lastAckSlot)
+			}
+		}
+		if len(p.sendQ) > 0 {
+			c.activate(p)
+		}
+	case verbs.WCRDMARead:
+		p.readDone(wc.WRID &^ wrKind)
+	}
+}
+
+// onImm handles a WRITE with immediate from the peer.
+func (p *peer) onImm(v uint32) {
+	c := p.c
+	kind, gen, credits, slot := immParts(v)
+	if credits > 0 && gen == p.rGen&3 {
+		p.credits += credits
+		c.activate(p)
+	}
+	switch kind {
+	case immSlot:
+		if p.ring == nil || slot != int(p.recvSeq%uint64(c.cfg.Slots)) {
+			p.down(fmt.Errorf("protocol: slot %d written, %d expected", slot, p.recvSeq%uint64(c.cfg.Slots)))
+			return
+		}
+		size := c.cfg.Phases[p.phase]
+		b := p.ring.Buf()[slot*size : (slot+1)*size]
+		var h header
+		h.get(b)
+		p.recvSeq++
+		if int(h.Len) > size-hdrLen {
+			p.down(fmt.Errorf("protocol: a slot of %d bytes claims %d", size, h.Len))
+			return
+		}
+		p.onSlot(&h, b[hdrLen:hdrLen+int(h.Len)])
+	case immAckNotify:
+		if slot == p.ackSlot {
+			p.ackNotified = true // the write into the slot we read next has landed
+		}
+		c.activate(p)
+	case immAckResend:
+		if p.lastAck != nil {
+			p.lastAckSlot = slot % ackSlots
+			p.writeAck(p.lastAck, p.lastAckSlot)
+		}
+	}
+}
+
+// onSlot handles the message in a slot; the slot is free again when it returns.
+func (p *peer) onSlot(h *header, payload []byte) {
+	c := p.c
+	switch h.Kind {
+	case kindData:
+		c.stats.EagerReceived++
+		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, data: payload, total: int(h.Len)})
+	case kindRTS:
+		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, rndv: true, total: int(h.Total), id: h.ID, addr: h.Addr, rkey: h.RKey})
+	case kindFIN:
+		if r := p.inflight[h.ID]; r != nil {
+			delete(p.inflight, h.ID)
+			c.regs.put(r.pinned)
+			r.complete(nil)
+		}
+	case kindEnlarge:
+		p.lastAckSlot = int(h.Addr % ackSlots)
+		p.serveEnlarge(int(h.Phase), uint32(h.ID))
+		return // the old ring is gone: no credit for its slot
+	default:
+		p.down(fmt.Errorf("protocol: slot of kind %d", h.Kind))
+		return
+	}
+	p.owed++
+	if p.owed >= p.creditBatch() {
+		c.activate(p)
+	}
+}
+
+// serveEnlarge is seed 004's Figure 6 on the receiver: the control message arrived
+// (block 681, without blocking other work: it is handled like any slot); the small ring
+// is unregistered and freed and the larger one allocated and registered (682); the
+// connection uses it (683); the acknowledgement, with its address and remote key framed
+// by head and tail flags, goes to the sender (684).
+func (p *peer) serveEnlarge(phase int, nonce uint32) {
+	c := p.c
+	if phase <= p.phase || phase >= len(c.cfg.Phases) {
+		p.down(fmt.Errorf("protocol: enlargement from phase %d to %d", p.phase, phase))
+		return
+	}
+	p.ring.DeregMR()
+	p.ring = nil
+	mr, err := c.pd.RegMR(make([]byte, c.cfg.Slots*c.cfg.Phases[phase]), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		p.down(err)
+		return
+	}
+	p.ring, p.phase = mr, phase
+	p.gen++
+	p.recvSeq, p.owed = 0, 0
+	a := ack{Nonce: nonce, Addr: mr.Addr(), RKey: mr.RKey(), Slots: uint32(c.cfg.Slots), SlotSize: uint32(c.cfg.Phases[phase]), Phase: uint32(phase)}
+	b := make([]byte, ackLen)
+	a.put(b)
+	p.lastAck = b
+	c.stats.EnlargementsServed++
+	p.writeAck(b, p.lastAckSlot)
+}
+
+// writeAck writes an acknowledgement into the sender's area and notifies it.
+func (p *peer) writeAck(b []byte, slot int) {
+	c := p.c
+	if !p.known {
+		p.ackDeferred = true // our Dial returned, its answer is on the way to this goroutine
+		return
+	}
+	if p.ackBusy {
+		// The staging of the last one may still be read by a retransmission: write
+		// this one when that WRITE completes.
+		p.ackPending, p.lastAckSlot = true, slot
+		return
+	}
+	if c.cfg.hooks != nil && c.cfg.hooks.ack != nil {
+		if b = c.cfg.hooks.ack(p.rank, append([]byte(nil), b...)); b == nil {
+			return // the test lost it
+		}
+	}
+	p.ackBusy = true
+	out := p.ackMR.Buf()[ackOut : ackOut+len(b)]
+	copy(out, b)
+	err := p.qp.PostSend([]verbs.SendWR{
+		{WRID: wrAck, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{p.ackMR.SGE(ackOut, len(b))},
+			RemoteAddr: p.pAck + uint64(slot*ackSlotLen), RKey: p.pAckKey},
+		{WRID: wrNotify, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, RemoteAddr: p.pAck, RKey: p.pAckKey,
+			ImmData: imm(immAckNotify, p.gen, 0, slot)},
+	})
+	if err != nil {
+		p.down(err)
+		return
+	}
+	p.sqUsed += 2
+}
+
+func trimZero(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}

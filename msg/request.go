@@ -1,0 +1,92 @@
+package msg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// AnySource and AnyTag match any sender or tag in Recv, Irecv and Probe.
+const (
+	AnySource = -1
+	AnyTag    = -1
+)
+
+// Errors; test with errors.Is.
+var (
+	// ErrTruncated: the message was longer than the receive buffer (MPI_ERR_TRUNCATE);
+	// the buffer holds its first bytes and Status.Count says how long it was.
+	ErrTruncated = errors.New("msg: message truncated")
+	// ErrPeerGone: the peer rank died or its connection failed.
+	ErrPeerGone = errors.New("msg: peer rank gone")
+	// ErrClosed: the communicator was closed.
+	ErrClosed = errors.New("msg: closed")
+)
+
+// Status describes a received (or probed) message.
+type Status struct {
+	Source, Tag int
+	Count       int // the message's length in bytes
+}
+
+// Request is a non-blocking operation (MPI_Request).
+type Request struct {
+	c      *Comm
+	done   chan struct{}
+	status Status
+	err    error
+
+	send         bool
+	buf          []byte
+	peer         int // send: destination; receive: source (or AnySource)
+	tag          int
+	ctx          uint8
+	started      bool // a send taken off its queue, a receive matched
+	cancelled    bool
+	id           uint64 // rendezvous send: the message ID
+	pinned       *regEntry
+	rndvFrom     int // rendezvous receive: the sender
+	rndvID       uint64
+	rndvAddr     uint64
+	rndvKey      uint32
+	collectiveOp bool
+}
+
+// Wait waits for the request and returns its status. If ctx ends first, a receive not
+// yet matched or a send not yet started is cancelled and Wait returns ctx.Err(); one
+// already under way is waited for (it ends with the peer's answer or its death).
+func (r *Request) Wait(ctx context.Context) (Status, error) {
+	select {
+	case <-r.done:
+		return r.status, r.err
+	case <-ctx.Done():
+	}
+	r.c.submit(func() { r.c.cancel(r, ctx.Err()) })
+	<-r.done
+	return r.status, r.err
+}
+
+// Test reports whether the request is done, and then its status and error.
+func (r *Request) Test() (Status, bool, error) {
+	select {
+	case <-r.done:
+		return r.status, true, r.err
+	default:
+		return Status{}, false, nil
+	}
+}
+
+// complete ends the request (progress goroutine).
+func (r *Request) complete(err error) {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	r.err = err
+	close(r.done)
+}
+
+func errPeer(rank int, err error) error {
+	return fmt.Errorf("%w: rank %d: %v", ErrPeerGone, rank, err)
+}

@@ -1,0 +1,77 @@
+package msg
+
+import (
+	"fmt"
+
+	"github.com/softrnic/softrnic/cm"
+)
+
+// Stats returns the rank's counters.
+func (c *Comm) Stats() Stats {
+	var s Stats
+	c.call(func() { s = c.stats })
+	return s
+}
+
+// PeerMemory is what one connection holds registered.
+type PeerMemory struct {
+	Rank int
+	// RecvPhase is the phase of the ring this rank receives into; SendPhase that of the
+	// peer's ring it sends into.
+	RecvPhase, SendPhase int
+	// RecvRing, SendStage and Control are the bytes registered for the receive ring,
+	// the staging buffers, and the acknowledgement areas.
+	RecvRing, SendStage, Control int
+}
+
+// Total is the connection's registered bytes.
+func (p PeerMemory) Total() int { return p.RecvRing + p.SendStage + p.Control }
+
+// Memory is what a rank holds registered.
+type Memory struct {
+	Connections int
+	// Registered is every connection's registered bytes; RegCache the user buffers the
+	// registration cache holds.
+	Registered, RegCache int
+	Peers                []PeerMemory // connections made, by rank
+}
+
+// Memory reports the rank's registered memory, per connection and phase.
+func (c *Comm) Memory() Memory {
+	var m Memory
+	c.call(func() {
+		for _, p := range c.peers {
+			if p == nil || p.qp == nil || p.state != psUp {
+				continue
+			}
+			pm := PeerMemory{Rank: p.rank, RecvPhase: p.phase, SendPhase: p.rPhase, Control: p.ackMR.Len()}
+			if p.ring != nil {
+				pm.RecvRing = p.ring.Len()
+			}
+			if p.stage != nil {
+				pm.SendStage = p.stage.Len()
+			}
+			m.Peers = append(m.Peers, pm)
+			m.Connections++
+			m.Registered += pm.Total()
+		}
+		m.RegCache = c.regs.bytes
+	})
+	return m
+}
+
+// debugState describes the rank's connections, for a test that failed.
+func (c *Comm) debugState() string {
+	s := ""
+	c.call(func() {
+		s = fmt.Sprintf("rank %d: %d posted, %d unexpected, %d active; cm %+v\n", c.rank, len(c.posted), len(c.unexpected), len(c.active), cm.Counters(c.dev))
+		for _, p := range c.peers {
+			if p == nil || p.qp == nil {
+				continue
+			}
+			s += fmt.Sprintf("  peer %d: state %d credits %d sendQ %d ctlSent %v owed %d sqUsed %d stageFree %d phase %d/%d recvSeq %d sendSeq %d err %v\n",
+				p.rank, p.state, p.credits, len(p.sendQ), p.ctlSent, p.owed, p.sqUsed, len(p.stageFree), p.phase, p.rPhase, p.recvSeq, p.sendSeq, p.err)
+		}
+	})
+	return s
+}
