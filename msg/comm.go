@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 
@@ -19,6 +20,9 @@ const servicePort = 18600
 // srqDepth is how many zero-length receives the rank's SRQ keeps posted: each WRITE with
 // immediate from any peer takes one.
 const srqDepth = 4096
+
+// cqDepth is the rank's CQ: the SRQ's receives and the sends in flight.
+const cqDepth = 1 << 15
 
 // Comm is one rank of a job: its device, its connections to the other ranks (made on
 // first use), and the progress goroutine that owns all of them.
@@ -60,7 +64,8 @@ type Comm struct {
 	stopping   bool
 	stats      Stats
 
-	collSeq int // collectives called so far (the caller's goroutine; collectives are not concurrent)
+	spin    time.Duration // how long the progress goroutine polls before it sleeps
+	collSeq int           // collectives called so far (the caller's goroutine; collectives are not concurrent)
 }
 
 // Stats counts what a rank's connections did.
@@ -102,6 +107,9 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, dev: dev, wake: make(chan struct{}, 1), cqEv: make(chan struct{}, 1),
 		done: make(chan struct{}), byQPN: map[uint32]*peer{}, peers: make([]*peer, cfg.Size)}
 	c.regs.init(c)
+	if cfg.Size <= runtime.NumCPU() {
+		c.spin = spinFor // oversubscribed ranks do not spin (as MPI libraries yield when idle)
+	}
 	fail := func(err error) (*Comm, error) {
 		dev.Close()
 		return nil, err
@@ -116,7 +124,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if c.ch, err = dev.CreateCompChannel(); err != nil {
 		return fail(err)
 	}
-	if c.cq, err = dev.CreateCQ(1<<17, c.ch, verbs.NoHandler); err != nil {
+	if c.cq, err = dev.CreateCQ(cqDepth, c.ch, verbs.NoHandler); err != nil {
 		return fail(err)
 	}
 	if c.srq, err = c.pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: srqDepth, MaxSGE: 1}); err != nil {
@@ -211,7 +219,7 @@ func (c *Comm) run() {
 	defer close(c.done)
 	wcs := make([]verbs.WorkCompletion, 64)
 	var ackTimer *time.Timer
-	idle := 0
+	var idleSince time.Time
 	for {
 		worked := false
 		if n := c.cq.PollCQ(wcs); n > 0 {
@@ -246,15 +254,20 @@ func (c *Comm) run() {
 			}
 		}
 		if worked {
-			idle = 0
+			idleSince = time.Time{}
 			continue
 		}
-		// Nothing to do: spin a little (a message often follows), then sleep until a
+		// Nothing to do: keep polling a while (an answer often follows within
+		// microseconds, and waking a sleeping goroutine costs more), then sleep until a
 		// completion, a submission, or an acknowledgement's timeout.
-		if idle++; idle < 200 {
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		}
+		if time.Since(idleSince) < c.spin {
+			runtime.Gosched()
 			continue
 		}
-		idle = 0
+		idleSince = time.Time{}
 		c.cq.ReqNotifyCQ(false)
 		if n := c.cq.PollCQ(wcs); n > 0 {
 			for i := range wcs[:n] {
@@ -275,6 +288,20 @@ func (c *Comm) run() {
 		case <-c.cqEv:
 		case <-c.wake:
 		case <-timeout:
+		}
+	}
+}
+
+// drainCQ handles every completion in the CQ now.
+func (c *Comm) drainCQ() {
+	var wcs [64]verbs.WorkCompletion
+	for {
+		n := c.cq.PollCQ(wcs[:])
+		for i := range wcs[:n] {
+			c.completion(&wcs[i])
+		}
+		if n < len(wcs) {
+			return
 		}
 	}
 }
@@ -324,9 +351,35 @@ func (c *Comm) Close() error {
 	return c.dev.Close()
 }
 
-// shutdown fails what is pending and disconnects (progress goroutine, last).
+// drainFor bounds how long Close waits for sends in flight.
+const drainFor = 5 * time.Second
+
+// spinFor is how long the progress goroutine polls with nothing to do before it sleeps.
+const spinFor = 200 * time.Microsecond
+
+// shutdown fails what is pending and disconnects (progress goroutine, last). Sends
+// already handed to a connection are let finish first (bounded): an eager send completes
+// when its data was copied, so a rank that returns from its last send and closes must
+// not take the data down with its QP.
 func (c *Comm) shutdown() {
 	c.lis.Close()
+	wcs := make([]verbs.WorkCompletion, 64)
+	for deadline := time.Now().Add(drainFor); time.Now().Before(deadline); {
+		busy := false
+		for _, p := range c.peers {
+			if p != nil && p.state == psUp && (p.sqUsed > 0 || len(p.sendQ) > 0) {
+				busy = true
+				p.progress()
+			}
+		}
+		if !busy {
+			break
+		}
+		for i := range wcs[:c.cq.PollCQ(wcs)] {
+			c.completion(&wcs[i])
+		}
+		runtime.Gosched()
+	}
 	var wg sync.WaitGroup
 	for _, p := range c.peers {
 		if p == nil {

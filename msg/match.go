@@ -29,16 +29,17 @@ func (r *Request) matches(src, tag int, ctx uint8) bool {
 
 // postRecv matches a new receive against the unexpected messages, or posts it.
 func (c *Comm) postRecv(r *Request) {
-	if r.peer != AnySource {
-		if p, err := c.peer(r.peer); err == nil && p.err != nil {
-			r.complete(p.err)
-			return
-		}
-	}
 	for i, m := range c.unexpected {
 		if r.matches(m.src, m.tag, m.ctx) {
 			c.unexpected = append(c.unexpected[:i], c.unexpected[i+1:]...)
 			c.deliver(r, m)
+			return
+		}
+	}
+	// Only then a dead peer fails it: what the peer sent before it went is received.
+	if r.peer != AnySource {
+		if p, err := c.peer(r.peer); err == nil && p.err != nil {
+			r.complete(p.err)
 			return
 		}
 	}

@@ -321,7 +321,12 @@ func (p *peer) up(conn *cm.Conn, h hello) {
 	}
 	go func() {
 		<-conn.Done()
-		c.submit(func() { p.down(conn.Err()) })
+		c.submit(func() {
+			// What the peer sent before it disconnected is already in the CQ (it was
+			// acknowledged before the DisconnectRequest left): take it first.
+			c.drainCQ()
+			p.down(conn.Err())
+		})
 	}()
 	c.activate(p)
 }

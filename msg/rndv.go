@@ -19,7 +19,9 @@ func netip4(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFro
 // startRead starts the READ of a matched rendezvous message (progress goroutine).
 func (c *Comm) startRead(r *Request, m *inMsg) {
 	p := c.peers[m.src]
-	if p == nil || p.state != psUp {
+	// The peer may not be up yet here (its messages can arrive before our Accept
+	// returns): the READ waits in readQ until it is.
+	if p == nil || p.state == psDead {
 		err := fmt.Errorf("%w: rank %d", ErrPeerGone, m.src)
 		if p != nil && p.err != nil {
 			err = p.err

@@ -75,3 +75,14 @@ func (c *Comm) debugState() string {
 	})
 	return s
 }
+
+// LargeFromStart is what one connection would hold registered if it used cfg's largest
+// phase from the start (as MPI libraries' fixed eager buffers do): the figure the
+// per-connection memory of enlargement is compared with.
+func LargeFromStart(cfg Config) int {
+	if err := cfg.defaults(); err != nil {
+		return 0
+	}
+	big := cfg.Phases[len(cfg.Phases)-1]
+	return cfg.Slots*big + cfg.SendSlots*big + ackAreaLen
+}

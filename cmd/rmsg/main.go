@@ -1,0 +1,348 @@
+// Command rmsg is the messaging layer's benchmark and check, in the style of the OSU
+// micro-benchmarks. Start it under a launcher (rmsgrun, mpirun, srun):
+//
+//	rmsgrun -np 2 rmsg latency       one-way latency, ping-pong between ranks 0 and 1
+//	rmsgrun -np 2 rmsg bw            bandwidth, 64 messages in flight (osu_bw's window)
+//	rmsgrun -np 2 rmsg bibw          both directions at once
+//	rmsgrun -np 4 rmsg allreduce     Allreduce latency (sum of float64)
+//	rmsgrun -np 33 rmsg memory       registered memory per connection: rank 0 sends one
+//	                                 small message to every other rank
+//	rmsgrun -np 4 rmsg selftest      point-to-point, enlargement, rendezvous, collectives
+//	mpirun -np 4 -x SOFTRNIC_ROOT=127.0.0.1:29500 rmsg selftest
+//
+// Rank 0 prints the results; with --json one object per result (test, size, figures).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softrnic/softrnic/msg"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+type result struct {
+	Test      string  `json:"test"`
+	Size      int     `json:"size"`
+	Ranks     int     `json:"ranks"`
+	LatencyUS float64 `json:"latency_us,omitempty"`
+	P50US     float64 `json:"p50_us,omitempty"`
+	MBps      float64 `json:"mb_per_s,omitempty"`
+	// memory
+	Conns        int `json:"conns,omitempty"`
+	PerConnBytes int `json:"per_conn_bytes,omitempty"`
+	LargeBytes   int `json:"large_per_conn_bytes,omitempty"`
+}
+
+func main() {
+	fs := flag.NewFlagSet("rmsg", flag.ExitOnError)
+	jsonOut := fs.Bool("json", false, "print one JSON object per result")
+	sizesFlag := fs.String("s", "", "message sizes, comma-separated (default per test)")
+	iters := fs.Int("n", 0, "iterations per size (default per test)")
+	ordering := fs.String("ordering", "ordered", "offer ordered or weak delivery")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|selftest [flags]   (under rmsgrun or mpirun)")
+		os.Exit(2)
+	}
+	test := os.Args[1]
+	fs.Parse(os.Args[2:])
+	cfg := msg.Config{}
+	if *ordering == "weak" {
+		cfg.Ordering = verbs.OrderingWeak
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := msg.Init(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rmsg:", err)
+		os.Exit(1)
+	}
+	var sizes []int
+	for _, f := range strings.Split(*sizesFlag, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			sizes = append(sizes, n)
+		}
+	}
+	out := func(r result) {
+		if c.Rank() != 0 {
+			return
+		}
+		r.Ranks = c.Size()
+		if *jsonOut {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+			return
+		}
+		switch {
+		case r.Conns > 0:
+			fmt.Printf("%-10s %d connections: %d bytes registered per connection (%d with large buffers from the start: %.0f×)\n",
+				r.Test, r.Conns, r.PerConnBytes, r.LargeBytes, float64(r.LargeBytes)/float64(r.PerConnBytes))
+		case r.MBps > 0:
+			fmt.Printf("%-10s %9d B %10.1f MB/s\n", r.Test, r.Size, r.MBps)
+		default:
+			fmt.Printf("%-10s %9d B %8.2f us (p50 %.2f us)\n", r.Test, r.Size, r.LatencyUS, r.P50US)
+		}
+	}
+	switch test {
+	case "latency":
+		err = latency(ctx, c, orDefault(sizes, []int{8, 64, 1024, 4096, 16384, 65536, 1 << 20}), *iters, out)
+	case "bw", "bibw":
+		err = bandwidth(ctx, c, test == "bibw", orDefault(sizes, []int{8, 1024, 16384, 65536, 1 << 20}), *iters, out)
+	case "allreduce":
+		err = allreduce(ctx, c, orDefault(sizes, []int{8, 1024, 65536}), *iters, out)
+	case "memory":
+		err = memory(ctx, c, out)
+	case "selftest":
+		err = selftest(ctx, c)
+		if err == nil && c.Rank() == 0 {
+			fmt.Printf("selftest: %d ranks OK\n", c.Size())
+		}
+	default:
+		err = fmt.Errorf("unknown test %q", test)
+	}
+	if err == nil {
+		err = c.Barrier(ctx)
+	}
+	c.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rmsg rank %d: %v\n", c.Rank(), err)
+		os.Exit(1)
+	}
+}
+
+func orDefault(v, d []int) []int {
+	if len(v) == 0 {
+		return d
+	}
+	return v
+}
+
+func itersFor(n, size int) int {
+	if n > 0 {
+		return n
+	}
+	if size >= 1<<20 {
+		return 200
+	}
+	return 2000
+}
+
+// latency is osu_latency: ranks 0 and 1 ping-pong; one-way time is half the round trip.
+func latency(ctx context.Context, c *msg.Comm, sizes []int, n int, out func(result)) error {
+	if c.Size() < 2 {
+		return fmt.Errorf("latency needs 2 ranks")
+	}
+	for _, size := range sizes {
+		buf, rbuf := make([]byte, size), make([]byte, size)
+		iters := itersFor(n, size)
+		warm := iters / 10
+		var samples []time.Duration
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		for i := 0; i < iters+warm; i++ {
+			t := time.Now()
+			switch c.Rank() {
+			case 0:
+				if err := c.Send(ctx, buf, 1, 1); err != nil {
+					return err
+				}
+				if _, err := c.Recv(ctx, rbuf, 1, 1); err != nil {
+					return err
+				}
+			case 1:
+				if _, err := c.Recv(ctx, rbuf, 0, 1); err != nil {
+					return err
+				}
+				if err := c.Send(ctx, buf, 0, 1); err != nil {
+					return err
+				}
+			}
+			if i >= warm {
+				samples = append(samples, time.Since(t)/2)
+			}
+		}
+		if c.Rank() == 0 {
+			var sum time.Duration
+			for _, s := range samples {
+				sum += s
+			}
+			slices.Sort(samples)
+			out(result{Test: "latency", Size: size, LatencyUS: us(sum / time.Duration(len(samples))), P50US: us(samples[len(samples)/2])})
+		}
+	}
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+// bandwidth is osu_bw (and osu_bibw): a window of 64 sends, then a short reply.
+func bandwidth(ctx context.Context, c *msg.Comm, bi bool, sizes []int, n int, out func(result)) error {
+	if c.Size() < 2 {
+		return fmt.Errorf("bw needs 2 ranks")
+	}
+	const window = 64
+	if c.Rank() > 1 {
+		return nil
+	}
+	peer := 1 - c.Rank()
+	for _, size := range sizes {
+		iters := max(itersFor(n, size)/window, 5)
+		bufs := make([][]byte, window)
+		for i := range bufs {
+			bufs[i] = make([]byte, size)
+		}
+		ack := make([]byte, 4)
+		var start time.Time
+		for it := -1; it < iters; it++ { // the first round warms up
+			if it == 0 {
+				start = time.Now()
+			}
+			reqs := make([]*msg.Request, 0, 2*window)
+			if c.Rank() == 0 || bi {
+				for i := 0; i < window; i++ {
+					reqs = append(reqs, c.Isend(bufs[i], peer, 2))
+				}
+			}
+			if c.Rank() == 1 || bi {
+				for i := 0; i < window; i++ {
+					reqs = append(reqs, c.Irecv(bufs[i], peer, 2))
+				}
+			}
+			for _, r := range reqs {
+				if _, err := r.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			if c.Rank() == 1 {
+				if err := c.Send(ctx, ack, 0, 3); err != nil {
+					return err
+				}
+			} else if _, err := c.Recv(ctx, ack, 1, 3); err != nil {
+				return err
+			}
+		}
+		el := time.Since(start).Seconds()
+		total := float64(size) * window * float64(iters)
+		if bi {
+			total *= 2
+		}
+		name := "bw"
+		if bi {
+			name = "bibw"
+		}
+		out(result{Test: name, Size: size, MBps: total / el / 1e6})
+	}
+	return nil
+}
+
+// allreduce is osu_allreduce: the average time of an Allreduce of size bytes of float64.
+func allreduce(ctx context.Context, c *msg.Comm, sizes []int, n int, out func(result)) error {
+	for _, size := range sizes {
+		k := max(size/8, 1)
+		in, res := make([]float64, k), make([]float64, k)
+		iters := itersFor(n, size) / 2
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		start := time.Now()
+		for i := 0; i < iters; i++ {
+			if err := msg.Allreduce(ctx, c, in, res, msg.Sum); err != nil {
+				return err
+			}
+		}
+		out(result{Test: "allreduce", Size: k * 8, LatencyUS: us(time.Since(start) / time.Duration(iters))})
+	}
+	return nil
+}
+
+// memory: rank 0 sends one small message to every rank and reports what each
+// connection holds registered, next to what large buffers from the start would hold.
+func memory(ctx context.Context, c *msg.Comm, out func(result)) error {
+	if c.Rank() == 0 {
+		for r := 1; r < c.Size(); r++ {
+			if err := c.Send(ctx, []byte("hello"), r, 5); err != nil {
+				return err
+			}
+		}
+	} else if _, err := c.Recv(ctx, make([]byte, 5), 0, 5); err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		m := c.Memory()
+		if m.Connections == 0 {
+			return fmt.Errorf("no connections")
+		}
+		per := 0
+		for _, p := range m.Peers {
+			per = max(per, p.Total())
+		}
+		large := msg.LargeFromStart(msg.Config{})
+		out(result{Test: "memory", Conns: m.Connections, PerConnBytes: per, LargeBytes: large})
+	}
+	return nil
+}
+
+// selftest checks the paths a job uses, between every pair of ranks.
+func selftest(ctx context.Context, c *msg.Comm) error {
+	n := c.Size()
+	sizes := []int{0, 10, 900, 5000, 60000, 300000}
+	var reqs []*msg.Request
+	for to := 0; to < n; to++ {
+		for i, s := range sizes {
+			reqs = append(reqs, c.Isend(pat(s, c.Rank(), i), to, i))
+		}
+	}
+	for from := 0; from < n; from++ {
+		for i, s := range sizes {
+			b := make([]byte, s)
+			if _, err := c.Recv(ctx, b, from, i); err != nil {
+				return err
+			}
+			if !bytes.Equal(b, pat(s, from, i)) {
+				return fmt.Errorf("message %d from rank %d: wrong data", i, from)
+			}
+		}
+	}
+	for _, r := range reqs {
+		if _, err := r.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	sum := []int64{0}
+	if err := msg.Allreduce(ctx, c, []int64{int64(c.Rank() + 1)}, sum, msg.Sum); err != nil {
+		return err
+	}
+	if sum[0] != int64(n*(n+1)/2) {
+		return fmt.Errorf("Allreduce: %d", sum[0])
+	}
+	g := make([]int32, n)
+	if err := msg.Allgather(ctx, c, []int32{int32(c.Rank())}, g); err != nil {
+		return err
+	}
+	for i, v := range g {
+		if int(v) != i {
+			return fmt.Errorf("Allgather: %v", g)
+		}
+	}
+	return nil
+}
+
+func pat(n, from, i int) []byte {
+	b := make([]byte, n)
+	for j := range b {
+		b[j] = byte(j*31 + from*7 + i)
+	}
+	return b
+}
