@@ -36,20 +36,18 @@ type Request struct {
 	status Status
 	err    error
 
-	send         bool
-	buf          []byte
-	peer         int // send: destination; receive: source (or AnySource)
-	tag          int
-	ctx          uint8
-	started      bool // a send taken off its queue, a receive matched
-	cancelled    bool
-	id           uint64 // rendezvous send: the message ID
-	pinned       *regEntry
-	rndvFrom     int // rendezvous receive: the sender
-	rndvID       uint64
-	rndvAddr     uint64
-	rndvKey      uint32
-	collectiveOp bool
+	send     bool
+	buf      []byte
+	peer     int // send: destination; receive: source (or AnySource)
+	tag      int
+	ctx      uint8
+	started  bool   // a send taken off its queue, a receive matched
+	id       uint64 // rendezvous send: the message ID
+	pinned   *regEntry
+	rndvFrom int // rendezvous receive: the sender
+	rndvID   uint64
+	rndvAddr uint64
+	rndvKey  uint32
 }
 
 // Wait waits for the request and returns its status. If ctx ends first, a receive not

@@ -325,7 +325,7 @@ func selftest(ctx context.Context, c *msg.Comm) error {
 		return err
 	}
 	if sum[0] != int64(n*(n+1)/2) {
-		return fmt.Errorf("Allreduce: %d", sum[0])
+		return fmt.Errorf("allreduce: sum %d", sum[0])
 	}
 	g := make([]int32, n)
 	if err := msg.Allgather(ctx, c, []int32{int32(c.Rank())}, g); err != nil {
@@ -333,7 +333,7 @@ func selftest(ctx context.Context, c *msg.Comm) error {
 	}
 	for i, v := range g {
 		if int(v) != i {
-			return fmt.Errorf("Allgather: %v", g)
+			return fmt.Errorf("allgather: %v", g)
 		}
 	}
 	return nil
