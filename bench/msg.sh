@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The messaging layer side by side with Open MPI over TCP (../shared/bench/peers.sh) and
+# with rperf, in one run on this machine; prints each figure and the issue's ratios:
+#   8-byte one-way latency, rmsg / Open MPI over TCP   (bar: <= 1)
+#   1 MiB bandwidth, rmsg bw / rperf write_bw           (bar: >= 0.8)
+# Usage: bench/msg.sh [quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+go build -o "$tmp/rmsg" ./cmd/rmsg
+go build -o "$tmp/rmsgrun" ./cmd/rmsgrun
+go build -o "$tmp/rperf" ./cmd/rperf
+peers=../shared/bench/peers.sh
+if [ -x "$peers" ] || [ -f "$peers" ]; then
+  bash "$peers" ${1:-} 2>/dev/null | grep '^openmpi-tcp' > "$tmp/ompi.txt" || true
+fi
+"$tmp/rmsgrun" -np 2 "$tmp/rmsg" latency -s 8,65536,1048576 --json | sed 's/^\[0\] //' > "$tmp/lat.json"
+"$tmp/rmsgrun" -np 2 "$tmp/rmsg" bw -s 65536,1048576 --json | sed 's/^\[0\] //' > "$tmp/bw.json"
+"$tmp/rperf" write_bw --loopback -s 1M --json > "$tmp/rperf.json"
+python3 - "$tmp" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+def jl(f):
+    out = []
+    for line in open(os.path.join(d, f)):
+        line = line.strip()
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+lat = {r["size"]: r for r in jl("lat.json")}
+bw = {r["size"]: r for r in jl("bw.json")}
+rp = jl("rperf.json")
+ompi = {}
+if os.path.exists(os.path.join(d, "ompi.txt")):
+    for line in open(os.path.join(d, "ompi.txt")):
+        f = line.split("\t")
+        if len(f) >= 5:
+            ompi[(f[1], int(f[2]))] = float(f[3])
+print("size      rmsg lat p50 us   Open MPI tcp us   rmsg bw MB/s   Open MPI tcp MB/s")
+for s in (8, 65536, 1048576):
+    l = lat.get(s, {}).get("p50_us", float("nan"))
+    b = bw.get(s, {}).get("mb_per_s", float("nan"))
+    print(f"{s:<9} {l:>15.2f} {ompi.get(('pingpong-one-way', s), float('nan')):>17.2f} {b:>14.1f} {ompi.get(('stream-window64', s), float('nan')):>19.1f}")
+if ("pingpong-one-way", 8) in ompi and 8 in lat:
+    print(f"8 B latency, rmsg p50 / Open MPI over TCP: {lat[8]['p50_us'] / ompi[('pingpong-one-way', 8)]:.2f} (bar <= 1)")
+w = [r for r in rp if r.get("test") == "write_bw"]
+if w and 1048576 in bw:
+    mbps = w[0].get("bw_MiBps")
+    if mbps:
+        print(f"1 MiB bandwidth, rmsg bw / rperf write_bw: {bw[1048576]['mb_per_s'] / (mbps * 1.048576):.2f} (bar >= 0.8)")
+    else:
+        print("rperf result:", w[0])
+PY
