@@ -6,6 +6,7 @@
 //	go run ./cmd/cmbench                          1,000 then 10,000 connections
 //	go run ./cmd/cmbench -conns 5000 -concurrency 64
 //	go run ./cmd/cmbench --json                   one JSON object per connection count
+//	go run ./cmd/cmbench -cpuprofile cpu.prof     profiles: cpu.prof (client), cpu.prof.server (listener)
 //
 // The listener runs in a child process (this program again, with -serve) on a device at
 // 127.0.0.2; the client is this process, on a device at 127.0.0.1; both devices take
@@ -40,6 +41,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -56,6 +58,7 @@ type options struct {
 	ordering    verbs.Ordering
 	json        bool
 	cpuprofile  string
+	mutexprof   string
 	serve       bool
 	addr        string // this side's device address
 	serverAddr  string // the child listener's device address
@@ -84,15 +87,35 @@ func main() {
 			fatal(err)
 		}
 	}
+	if o.mutexprof != "" {
+		runtime.SetMutexProfileFraction(1)
+	}
 	if o.serve {
 		err = serve(o, os.Stdin, os.Stdout)
 	} else {
 		err = run(o, os.Stdout)
 	}
 	pprof.StopCPUProfile()
+	if o.mutexprof != "" {
+		if werr := writeProfile("mutex", o.mutexprof); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	if err != nil {
 		fatal(err)
 	}
+}
+
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func fatal(err error) {
@@ -109,6 +132,7 @@ func parseFlags(args []string) (*options, error) {
 	ordering := fs.String("ordering", "ordered", "delivery mode the client offers: ordered or weak (the listener accepts what is offered)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per connection count instead of the table")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write the client's CPU profile to this file (the listener's to FILE.server)")
+	fs.StringVar(&o.mutexprof, "mutexprofile", "", "write the client's mutex contention profile to this file (the listener's to FILE.server)")
 	fs.BoolVar(&o.serve, "serve", false, "be the listener: print the device address, then answer the client's commands on stdin")
 	fs.StringVar(&o.addr, "addr", "", "this side's device address (default 127.0.0.1, with -serve 127.0.0.2)")
 	fs.StringVar(&o.serverAddr, "server-addr", "127.0.0.2", "device address of the listener this process starts")
@@ -217,6 +241,9 @@ func startListener(o *options) (*listener, error) {
 	args := []string{"-serve", "-addr", o.serverAddr, "-service", strconv.Itoa(o.service), "-limit", o.waitLimit.String()}
 	if o.cpuprofile != "" {
 		args = append(args, "-cpuprofile", o.cpuprofile+".server")
+	}
+	if o.mutexprof != "" {
+		args = append(args, "-mutexprofile", o.mutexprof+".server")
 	}
 	cmd, err := serverCommand(args...)
 	if err != nil {
