@@ -21,15 +21,17 @@
 // last one established (connections/s), each Dial's own duration, the failures, and its
 // connection manager's counters (requests resent, MRAs and REJs received). The listener
 // reports how many it established; a count other than N is an error. Then the client
-// disconnects all N (-disconnect-concurrency at a time; disconnects/s), both sides
-// destroy their QPs, and the next count starts on the same devices.
+// disconnects all N (-disconnect-concurrency at a time; disconnects/s), the listener
+// destroys each QP as its connection ends and the client its QPs after the last
+// Disconnect, and the next count starts on the same devices.
 //
 // Two machines: start the listener with
 //
 //	cmbench -serve -addr 10.0.0.2 -port 4791      (it runs until its stdin ends)
 //
 // and the client with cmbench -addr 10.0.0.1 -server 10.0.0.2:4791 (the listener's
-// counts are then not checked).
+// counts are then not checked; it destroys each QP as its connection ends, so it serves
+// any number of runs).
 package main
 
 import (
@@ -208,7 +210,8 @@ type result struct {
 	ServerREPRetries    uint64 `json:"server_rep_retries"`
 	ServerBacklogDrops  uint64 `json:"server_backlog_drops"`
 	ServerDevDropped    uint64 `json:"server_dev_dropped"`
-	ServerEnded         int    `json:"server_ended"`
+	ServerEnded         int    `json:"server_ended"`     // connections that ended after the Disconnects
+	ServerDestroyed     int    `json:"server_destroyed"` // QPs the listener destroyed
 	// Teardown.
 	Disconnects        int     `json:"disconnects"`
 	DisconnectFailures int     `json:"disconnect_failures"`
@@ -387,12 +390,12 @@ func bench(o *options, log io.Writer) ([]result, error) {
 			if err != nil {
 				return nil, err
 			}
-			r.ServerEnded = sr.Ended
+			r.ServerEnded, r.ServerDestroyed = sr.Ended, sr.Destroyed
 			if sr.TimedOut {
 				fmt.Fprintf(log, "cmbench: %d connections: the listener saw %d of %d end\n", n, sr.Ended, r.ServerEstablished)
 			}
 		}
-		r.OK = r.Failures == 0 && r.DisconnectFailures == 0 && (lis == nil || r.ServerEstablished == n && r.ServerEnded == n)
+		r.OK = r.Failures == 0 && r.DisconnectFailures == 0 && (lis == nil || r.ServerEstablished == n && r.ServerEnded == n && r.ServerDestroyed == n)
 		fmt.Fprintf(log, "cmbench: %d connections: %d established in %.3f s (%.0f/s), Dial p50 %.0f µs p99 %.0f µs max %.0f µs, "+
 			"%d failed, REQ sent %d resent %d, MRA %d, REJ %d; listener established %d (failed %d, duplicate REQs %d, MRA sent %d, REP resent %d, backlog drops %d, dropped datagrams %d); "+
 			"%d disconnects in %.3f s (%.0f/s), %d failed, DREQ resent %d; QPs destroyed in %.3f s\n",

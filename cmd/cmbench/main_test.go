@@ -58,7 +58,7 @@ func TestSmoke(t *testing.T) {
 	for i, r := range results {
 		want := []int{100, 200}[i]
 		if !r.OK || r.Conns != want || r.Established != want || r.Failures != 0 || r.ServerEstablished != want ||
-			r.ServerFailures != 0 || r.ServerEnded != want || r.Disconnects != want || r.DisconnectFailures != 0 {
+			r.ServerFailures != 0 || r.ServerEnded != want || r.ServerDestroyed != want || r.Disconnects != want || r.DisconnectFailures != 0 {
 			t.Errorf("round %d: %+v", i, r)
 		}
 		if r.REQSent < uint64(want) || r.ConnsPerS <= 0 || r.DisconnectsPerS <= 0 ||

@@ -17,13 +17,14 @@ import (
 )
 
 // The listener side: one device, one PD, one CQ, one SRQ shared by every QP; each
-// request gets a new RC QP on the SRQ and its own goroutine for Accept. In child mode it
-// takes commands from the parent on stdin and answers with one JSON line each:
+// request gets a new RC QP on the SRQ and its own goroutine for Accept, which destroys the
+// QP when the connection ends. It takes commands from the client on stdin and answers
+// with one JSON line each:
 //
 //	{"addr":"127.0.0.2:40123"}        once, when it listens
 //	collect N  → serverReport        after the parent's N Dials succeeded: wait for N accepts
 //	drain      → serverReport        after the parent disconnected everything: wait for every
-//	                                 connection to end, destroy the QPs, start a new round
+//	                                 connection to end and its QP to go, start a new round
 
 // serverReport is what the listener tells the parent about one round.
 type serverReport struct {
@@ -31,8 +32,8 @@ type serverReport struct {
 	Failed        int    `json:"failed"`      // Accepts that returned an error
 	FirstError    string `json:"first_error,omitempty"`
 	Pending       int    `json:"pending"`        // Accepts still waiting when it answered
-	Ended         int    `json:"ended"`          // connections whose Done closed (drain)
-	Destroyed     int    `json:"destroyed"`      // QPs destroyed (drain)
+	Ended         int    `json:"ended"`          // connections whose Done closed
+	Destroyed     int    `json:"destroyed"`      // QPs destroyed (of ended connections and failed Accepts)
 	CMEstablished uint64 `json:"cm_established"` // cm.Counters: the round's delta
 	REQDuplicates uint64 `json:"req_duplicates"`
 	MRASent       uint64 `json:"mra_sent"`
@@ -47,11 +48,6 @@ type serverReport struct {
 	TimedOut      bool   `json:"timed_out,omitempty"`
 }
 
-type accepted struct {
-	qp   *verbs.QP
-	conn *cm.Conn
-}
-
 // server is the listener and its round's state.
 type server struct {
 	dev *verbs.Context
@@ -60,21 +56,28 @@ type server struct {
 	srq *verbs.SRQ
 	l   *cm.Listener
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every change of the counts below
-	ok, fail int
-	firstErr string
-	pending  int
-	conns    []accepted
-	failedQP []*verbs.QP
-	base     cm.Stats
-	baseDev  verbs.Counters
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change of the counts below
+	pending int           // Accepts still waiting
+	cur     *round
+	base    cm.Stats
+	baseDev verbs.Counters
+}
+
+// round counts one round's connections. A connection's QP is destroyed when the
+// connection ends (the client disconnected it), as a server does; it is counted in the
+// round it was accepted in.
+type round struct {
+	ok, fail  int
+	firstErr  string
+	ended     int // accepted connections that ended
+	destroyed int // QPs destroyed: of ended connections and of failed Accepts
 }
 
 const srqRecvs = 64
 
 func newServer(dev *verbs.Context, service uint16) (*server, error) {
-	s := &server{dev: dev, changed: make(chan struct{})}
+	s := &server{dev: dev, changed: make(chan struct{}), cur: &round{}}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -129,29 +132,41 @@ func (s *server) run(ctx context.Context) {
 			Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
 		if err != nil {
 			_ = r.Reject([]byte("no QP"))
-			s.update(func() { s.pending--; s.failed(err) })
+			s.update(func() { s.pending--; s.cur.failed(err) })
 			continue
 		}
 		go func() {
 			c, err := r.Accept(qp, &cm.AcceptParams{Options: verbs.ConnectOptions{Ordering: r.Ordering}})
+			var rd *round
 			s.update(func() {
 				s.pending--
+				rd = s.cur
 				if err != nil {
-					s.failed(err)
-					s.failedQP = append(s.failedQP, qp)
+					rd.failed(err)
 					return
 				}
-				s.ok++
-				s.conns = append(s.conns, accepted{qp, c})
+				rd.ok++
+			})
+			if err == nil {
+				<-c.Done()
+			}
+			d := qp.DestroyQP() == nil
+			s.update(func() {
+				if err == nil {
+					rd.ended++
+				}
+				if d {
+					rd.destroyed++
+				}
 			})
 		}()
 	}
 }
 
-func (s *server) failed(err error) {
-	s.fail++
-	if s.firstErr == "" {
-		s.firstErr = err.Error()
+func (rd *round) failed(err error) {
+	rd.fail++
+	if rd.firstErr == "" {
+		rd.firstErr = err.Error()
 	}
 }
 
@@ -187,8 +202,9 @@ func (s *server) waitFor(d time.Duration, cond func() bool) bool {
 // report fills the round's counts (mu held).
 func (s *server) report() serverReport {
 	c, d := cm.Counters(s.dev), s.dev.Counters()
-	b := s.base
-	return serverReport{Established: s.ok, Failed: s.fail, FirstError: s.firstErr, Pending: s.pending,
+	b, rd := s.base, s.cur
+	return serverReport{Established: rd.ok, Failed: rd.fail, FirstError: rd.firstErr, Pending: s.pending,
+		Ended: rd.ended, Destroyed: rd.destroyed,
 		CMEstablished: c.Established - b.Established, REQDuplicates: c.REQDuplicates - b.REQDuplicates,
 		MRASent: c.MRASent - b.MRASent, REPRetries: c.REPRetries - b.REPRetries, REJSent: c.REJSent - b.REJSent,
 		BacklogDrops: c.BacklogDrops - b.BacklogDrops, StaleRejects: c.StaleRejects - b.StaleRejects,
@@ -198,7 +214,7 @@ func (s *server) report() serverReport {
 
 // collect waits until n connections were accepted and no Accept is still waiting.
 func (s *server) collect(n int, limit time.Duration) serverReport {
-	ok := s.waitFor(limit, func() bool { return s.ok >= n && s.pending == 0 })
+	ok := s.waitFor(limit, func() bool { return s.cur.ok >= n && s.pending == 0 })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.report()
@@ -206,43 +222,15 @@ func (s *server) collect(n int, limit time.Duration) serverReport {
 	return r
 }
 
-// drain waits until every accepted connection ended (the client disconnected them all),
-// destroys the QPs and starts a new round.
+// drain waits until every connection of the round ended (the client disconnected them
+// all) and its QP was destroyed, then starts a new round.
 func (s *server) drain(limit time.Duration) serverReport {
-	s.mu.Lock()
-	conns := s.conns
-	s.mu.Unlock()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	ended, timedOut := 0, false
-	for _, a := range conns {
-		if timedOut {
-			break
-		}
-		select {
-		case <-a.conn.Done():
-			ended++
-		case <-deadline.C:
-			timedOut = true
-		}
-	}
+	ok := s.waitFor(limit, func() bool { rd := s.cur; return s.pending == 0 && rd.destroyed == rd.ok+rd.fail })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.report()
-	r.Ended, r.TimedOut = ended, timedOut
-	for _, a := range s.conns {
-		// A connection that did not end is torn down here: its QP goes away, and the
-		// peer's keep-alive or Disconnect sorts out the rest.
-		if a.qp.DestroyQP() == nil {
-			r.Destroyed++
-		}
-	}
-	for _, qp := range s.failedQP {
-		if qp.DestroyQP() == nil {
-			r.Destroyed++
-		}
-	}
-	s.ok, s.fail, s.firstErr, s.conns, s.failedQP = 0, 0, "", nil, nil
+	r.TimedOut = !ok
+	s.cur = &round{}
 	s.base, s.baseDev = cm.Counters(s.dev), s.dev.Counters()
 	return r
 }
