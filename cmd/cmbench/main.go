@@ -47,6 +47,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -228,6 +229,9 @@ type listener struct {
 	in   io.WriteCloser
 	dec  *json.Decoder
 	addr netip.AddrPort
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // serverCommand builds the command that runs this program as the listener; the smoke
@@ -289,18 +293,21 @@ func (l *listener) ask(cmd string) (serverReport, error) {
 	return r, nil
 }
 
-// stop ends the child: its stdin closes, it closes its device and exits.
+// stop ends the child: its stdin closes, it closes its device and exits. Calls after the
+// first return the first's result.
 func (l *listener) stop() error {
-	l.in.Close()
-	done := make(chan error, 1)
-	go func() { done <- l.cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		_ = l.cmd.Process.Kill()
-		return errors.New("listener process did not exit; killed")
-	}
+	l.stopOnce.Do(func() {
+		l.in.Close()
+		done := make(chan error, 1)
+		go func() { done <- l.cmd.Wait() }()
+		select {
+		case l.stopErr = <-done:
+		case <-time.After(30 * time.Second):
+			_ = l.cmd.Process.Kill()
+			l.stopErr = errors.New("listener process did not exit; killed")
+		}
+	})
+	return l.stopErr
 }
 
 // run is the client: it starts the listener (or uses -server), then runs each count.
