@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -336,52 +335,17 @@ func TestConcurrentDials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	accepted := make(chan error, n)
-	go func() {
-		for i := 0; i < n; i++ {
-			r, err := l.Accept(ctxT(t))
-			if err != nil {
-				accepted <- err
-				return
-			}
-			qp, err := pdB.CreateQP(&verbs.QPInitAttr{SendCQ: cqB, RecvCQ: cqB, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 1, MaxSendSGE: 1}})
-			if err != nil {
-				accepted <- err
-				return
-			}
-			go func() {
-				_, err := r.Accept(qp, nil)
-				accepted <- err
-			}()
-		}
-	}()
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		qp, err := pdA.CreateQP(&verbs.QPInitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
+	accepted := acceptEach(t, l, n, func(int) (*verbs.QP, error) {
+		return pdB.CreateQP(&verbs.QPInitAttr{SendCQ: cqB, RecvCQ: cqB, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 1, MaxSendSGE: 1}})
+	}, nil)
+	qps := make([]*verbs.QP, n)
+	for i := range qps {
+		if qps[i], err = pdA.CreateQP(&verbs.QPInitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := &DialParams{ResponseTimeout: 500 * time.Millisecond}
-			_, err := Dial(ctxT(t), da, remote(db, p), qp, p)
-			errs <- err
-		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("Dial: %v", err)
-		}
-	}
-	for i := 0; i < n; i++ {
-		if err := <-accepted; err != nil {
-			t.Fatalf("Accept: %v", err)
-		}
-	}
+	dialEach(t, da, db, qps, func() *DialParams { return &DialParams{ResponseTimeout: 500 * time.Millisecond} })
+	collect(t, accepted, n)
 	if s := Counters(db); s.Established != uint64(n) {
 		t.Errorf("listener established %d, want %d", s.Established, n)
 	}

@@ -29,52 +29,13 @@ func TestFaults(t *testing.T) {
 	for i := range as {
 		as[i], bs[i] = newEndpoint(t, da, 1), newEndpoint(t, db, 1)
 	}
-	accepted := make(chan *Conn, n)
-	acceptErr := make(chan error, n)
-	go func() {
-		for i := 0; i < n; i++ {
-			r, err := l.Accept(ctxT(t))
-			if err != nil {
-				acceptErr <- err
-				return
-			}
-			go func(b *endpoint) {
-				c, err := r.Accept(b.QP, &AcceptParams{KeepAlive: -1})
-				if err != nil {
-					acceptErr <- err
-					return
-				}
-				accepted <- c
-			}(bs[i])
-		}
-	}()
-	dialed := make([]*Conn, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range as {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := &DialParams{ResponseTimeout: 50 * time.Millisecond, KeepAlive: -1}
-			c, err := Dial(ctxT(t), da, remote(db, p), as[i].QP, p)
-			dialed[i] = c
-			errs <- err
-		}()
+	accepted := acceptEach(t, l, n, func(i int) (*verbs.QP, error) { return bs[i].QP, nil }, &AcceptParams{KeepAlive: -1})
+	qps := make([]*verbs.QP, n)
+	for i := range qps {
+		qps[i] = as[i].QP
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("Dial: %v", err)
-		}
-	}
-	for i := 0; i < n; i++ {
-		select {
-		case <-accepted:
-		case err := <-acceptErr:
-			t.Fatalf("Accept: %v", err)
-		}
-	}
+	dialed := dialEach(t, da, db, qps, func() *DialParams { return &DialParams{ResponseTimeout: 50 * time.Millisecond, KeepAlive: -1} })
+	collect(t, accepted, n)
 	sa, sb := Counters(da), Counters(db)
 	if sa.Established != n || sb.Established != n {
 		t.Errorf("established %d (dialer) and %d (listener), want %d each", sa.Established, sb.Established, n)
@@ -90,6 +51,7 @@ func TestFaults(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		sendRecv(t, as[i], byQPN[dialed[i].RemoteQPN()], 300)
 	}
+	var wg sync.WaitGroup
 	for _, c := range dialed {
 		wg.Add(1)
 		go func() {

@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,4 +107,86 @@ func handshake(t *testing.T, a, b *endpoint, dp *DialParams, ap *AcceptParams) (
 		t.Fatalf("Accept: %v", r.err)
 	}
 	return ca, r.c
+}
+
+// acceptEach accepts n requests on l, the i-th on the QP qp(i) returns, each Accept in a
+// goroutine of its own so that many handshakes go on at once. It returns the connections
+// (in the order they completed), failing the test on the first error.
+func acceptEach(t *testing.T, l *Listener, n int, qp func(i int) (*verbs.QP, error), ap *AcceptParams) <-chan *Conn {
+	t.Helper()
+	conns := make(chan *Conn, n)
+	errs := make(chan error, n)
+	go func() {
+		for i := 0; i < n; i++ {
+			r, err := l.Accept(ctxT(t))
+			if err != nil {
+				errs <- err
+				return
+			}
+			q, err := qp(i)
+			if err != nil {
+				errs <- err
+				return
+			}
+			go func() {
+				c, err := r.Accept(q, ap)
+				if err != nil {
+					errs <- err
+					return
+				}
+				conns <- c
+			}()
+		}
+	}()
+	out := make(chan *Conn, n)
+	go func() {
+		defer close(out)
+		for i := 0; i < n; i++ {
+			select {
+			case c := <-conns:
+				out <- c
+			case err := <-errs:
+				t.Errorf("Accept: %v", err)
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// dialEach dials b's listener from every QP at once and returns the connections in the
+// QPs' order, failing the test on any error.
+func dialEach(t *testing.T, a, b *verbs.Context, qps []*verbs.QP, params func() *DialParams) []*Conn {
+	t.Helper()
+	conns := make([]*Conn, len(qps))
+	errs := make([]error, len(qps))
+	var wg sync.WaitGroup
+	for i, qp := range qps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := params()
+			conns[i], errs[i] = Dial(ctxT(t), a, remote(b, p), qp, p)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+	}
+	return conns
+}
+
+// collect takes n connections from accepted, failing the test if fewer come.
+func collect(t *testing.T, accepted <-chan *Conn, n int) []*Conn {
+	t.Helper()
+	var out []*Conn
+	for c := range accepted {
+		out = append(out, c)
+	}
+	if len(out) != n {
+		t.Fatalf("%d connections accepted, want %d", len(out), n)
+	}
+	return out
 }

@@ -1,12 +1,8 @@
 package cm
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -60,13 +56,6 @@ func tap(t *testing.T, dev *verbs.Context, mu *sync.Mutex, frames *[][]byte) {
 // handshakes (connect with MRA, reject, disconnect) as CM messages with nothing
 // malformed.
 func TestTsharkDecodesHandshake(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tshark is not installed (.ci/run installs it)")
-		}
-		t.Skip("tshark is not installed (apt-get install tshark)")
-	}
 	da, db := devs(t, verbs.DeviceConfig{})
 	var mu sync.Mutex
 	var frames [][]byte
@@ -91,30 +80,11 @@ func TestTsharkDecodesHandshake(t *testing.T) {
 	verbstest.Settle(da, db)
 
 	mu.Lock()
-	var pcap bytes.Buffer
-	err = wiretest.WritePCAP(&pcap, frames)
+	captured := append([][]byte(nil), frames...)
 	mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "handshake.pcap")
-	if err := os.WriteFile(file, pcap.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		// The devices use ephemeral UDP ports: decode them as RoCEv2, as 4791 is.
-		decode := []string{"-n", "-r", file, "-d", fmt.Sprintf("udp.port==%d,infiniband", da.Addr().Port()),
-			"-d", fmt.Sprintf("udp.port==%d,infiniband", db.Addr().Port())}
-		out, err := exec.Command(tshark, append(decode, args...)...).Output()
-		if err != nil {
-			t.Fatalf("tshark %v: %v", args, err)
-		}
-		return string(out)
-	}
-	if out := run("-Y", "_ws.malformed || _ws.expert.severity >= warning"); strings.TrimSpace(out) != "" {
-		t.Errorf("tshark finds malformed packets:\n%s", out)
-	}
+	// The devices use ephemeral UDP ports: decode them as RoCEv2, as 4791 is.
+	run := wiretest.Tshark(t, captured, da.Addr().Port(), db.Addr().Port())
+	wiretest.NoMalformed(t, run)
 	seen := map[string]bool{}
 	for _, a := range strings.Fields(run("-T", "fields", "-e", "infiniband.mad.attributeid")) {
 		seen[a] = true

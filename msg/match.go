@@ -23,8 +23,14 @@ type inMsg struct {
 	rkey     uint32
 }
 
+// matches reports whether a receive (or probe) for source, tag and context takes a
+// message from src with tag in ctx.
+func matches(source, tag int, ctx uint8, src, mtag int, mctx uint8) bool {
+	return ctx == mctx && (source == AnySource || source == src) && (tag == AnyTag || tag == mtag)
+}
+
 func (r *Request) matches(src, tag int, ctx uint8) bool {
-	return r.ctx == ctx && (r.peer == AnySource || r.peer == src) && (r.tag == AnyTag || r.tag == tag)
+	return matches(r.peer, r.tag, r.ctx, src, tag, ctx)
 }
 
 // postRecv matches a new receive against the unexpected messages, or posts it.
@@ -101,9 +107,7 @@ type probe struct {
 	gone     bool // the communicator closed
 }
 
-func (p *probe) matches(m *inMsg) bool {
-	return p.ctx == m.ctx && (p.src == AnySource || p.src == m.src) && (p.tag == AnyTag || p.tag == m.tag)
-}
+func (p *probe) matches(m *inMsg) bool { return matches(p.src, p.tag, p.ctx, m.src, m.tag, m.ctx) }
 
 // Probe waits for a message from source with tag that a Recv would take, and returns its
 // status without receiving it (MPI_Probe).

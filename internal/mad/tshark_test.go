@@ -1,12 +1,8 @@
 package mad
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,13 +23,6 @@ func gsiPacket(src, dst netip.AddrPort, mad []byte) []byte {
 // CM messages: the attribute of each, REQ fields where IBTA puts them, rdma_cm's IP
 // addressing header in the REQ's private data, and nothing malformed.
 func TestTsharkDecodesCM(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tshark is not installed (.ci/run installs it)")
-		}
-		t.Skip("tshark is not installed (apt-get install tshark)")
-	}
 	src, dst := netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.2:4791")
 	req := REQ{LocalCommID: 0x11223344, ServiceID: ServiceID(7471), LocalQKey: 0, LocalQPN: 0xABCDE, ResponderResources: 16,
 		InitiatorDepth: 16, RemoteCMResponseTimeout: 20, StartingPSN: 0x654321, LocalCMResponseTimeout: 20, RetryCount: 7,
@@ -54,28 +43,8 @@ func TestTsharkDecodesCM(t *testing.T) {
 		Put(b[:], uint64(i+1), m)
 		frames = append(frames, wiretest.Frame(src, dst, gsiPacket(src, dst, b[:])))
 	}
-	var pcap bytes.Buffer
-	if err := wiretest.WritePCAP(&pcap, frames); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "cm.pcap")
-	if err := os.WriteFile(file, pcap.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(tshark, append([]string{"-n", "-r", file}, args...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("tshark %v: %v\n%s", args, err, stderr.Bytes())
-		}
-		return string(out)
-	}
-	if out := run("-Y", "_ws.malformed || _ws.expert.severity >= warning"); strings.TrimSpace(out) != "" {
-		t.Errorf("tshark finds malformed packets:\n%s", out)
-	}
+	run := wiretest.Tshark(t, frames)
+	wiretest.NoMalformed(t, run)
 	attrs := strings.Fields(run("-T", "fields", "-e", "infiniband.mad.attributeid"))
 	for i, m := range msgs {
 		if i >= len(attrs) || attrs[i] != fmt.Sprintf("0x%04x", uint16(m.Attr())) {
