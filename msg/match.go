@@ -18,9 +18,7 @@ type inMsg struct {
 	data     []byte // eager
 	rndv     bool
 	total    int
-	id       uint64
-	addr     uint64
-	rkey     uint32
+	id       uint64 // rendezvous: the sender's message ID
 }
 
 // matches reports whether a receive (or probe) for source, tag and context takes a
@@ -80,7 +78,7 @@ func (c *Comm) deliver(r *Request, m *inMsg) {
 	r.started = true
 	r.status = Status{Source: m.src, Tag: m.tag, Count: m.total}
 	if m.rndv {
-		c.startRead(r, m)
+		c.startRendezvous(r, m)
 		return
 	}
 	n := copy(r.buf, m.data)

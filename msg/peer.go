@@ -26,7 +26,7 @@ const (
 	wrStage  = 1 << 56 // a slot write from staging buffer (low bits: its index)
 	wrCredit = 2 << 56
 	wrAck    = 3 << 56
-	wrRead   = 4 << 56 // a rendezvous READ (low bits: the read's ID)
+	wrRndv   = 4 << 56 // a rendezvous WRITE (low bits: the message ID)
 	wrNotify = 5 << 56
 	wrKind   = 0xFF << 56
 )
@@ -87,9 +87,9 @@ type peer struct {
 	stage                 *verbs.MR
 	stageFree             []int
 	sendQ                 []*outMsg
-	inflight              map[uint64]*Request // rendezvous sends waiting for FIN
-	reads                 map[uint64]*Request // rendezvous READs in flight
-	readQ                 []*Request          // rendezvous READs waiting for room
+	inflight              map[uint64]*Request // rendezvous sends, until their WRITE completes
+	recvRndv              map[uint64]*Request // rendezvous receives, by the sender's message ID, until FIN
+	writeQ                []*Request          // rendezvous WRITEs waiting for room
 
 	// Seed 004's variables, sender side.
 	useLarge    bool // block 332/574: large buffers are to be used
@@ -120,7 +120,7 @@ const (
 var _ = [1]int{}[ackLen/(ackSlotLen+1)] // an acknowledgement fits a slot
 
 func newPeer(c *Comm, r int) (*peer, error) {
-	p := &peer{c: c, rank: r, inflight: map[uint64]*Request{}, reads: map[uint64]*Request{}}
+	p := &peer{c: c, rank: r, inflight: map[uint64]*Request{}, recvRndv: map[uint64]*Request{}}
 	if r == c.rank {
 		return p, nil
 	}
@@ -368,14 +368,11 @@ func (p *peer) fail(err error) {
 		r.complete(err)
 		delete(p.inflight, id)
 	}
-	for id, r := range p.reads {
+	for id, r := range p.recvRndv {
 		r.complete(err)
-		delete(p.reads, id)
+		delete(p.recvRndv, id)
 	}
-	for _, r := range p.readQ {
-		r.complete(err)
-	}
-	p.readQ = nil
+	p.writeQ = nil // their requests are in inflight
 	keep := c.posted[:0]
 	for _, r := range c.posted {
 		if r.peer == p.rank {
@@ -393,7 +390,7 @@ func (p *peer) needsProgress() bool {
 	if p.state != psUp {
 		return false
 	}
-	if p.ctlSent || len(p.readQ) > 0 && p.sqUsed < sqDepth || p.owed >= p.creditBatch() && p.sqUsed < sqDepth {
+	if p.ctlSent || len(p.writeQ) > 0 && p.sqUsed < sqDepth || p.owed >= p.creditBatch() && p.sqUsed < sqDepth {
 		return true
 	}
 	return len(p.sendQ) > 0 && p.credits > 0 && len(p.stageFree) > 0 && p.sqUsed < sqDepth
@@ -407,10 +404,10 @@ func (p *peer) progress() bool {
 		return false
 	}
 	worked := false
-	for len(p.readQ) > 0 && p.sqUsed < sqDepth {
-		r := p.readQ[0]
-		p.readQ = p.readQ[1:]
-		p.postRead(r)
+	for len(p.writeQ) > 0 && p.sqUsed < sqDepth {
+		r := p.writeQ[0]
+		p.writeQ = p.writeQ[1:]
+		p.postWrite(r)
 		worked = true
 	}
 	if len(p.sendQ) > 0 || p.ctlSent {
@@ -570,17 +567,17 @@ func (p *peer) writeSlot(m *outMsg) {
 	case kindRTS:
 		r := m.req
 		r.started = true
-		e, err := c.regs.get(r.buf, verbs.AccessRemoteRead)
-		if err != nil {
-			p.stageFree = append(p.stageFree, idx)
-			r.complete(err)
-			return
-		}
 		c.nextID++
-		r.id, r.pinned = c.nextID, e
+		r.id = c.nextID
 		p.inflight[r.id] = r
-		h.Tag, h.Ctx, h.Total, h.ID, h.Addr, h.RKey = int32(r.tag), r.ctx, uint64(len(r.buf)), r.id, e.addr(r.buf), e.mr.RKey()
+		h.Tag, h.Ctx, h.Total, h.ID = int32(r.tag), r.ctx, uint64(len(r.buf)), r.id
 		c.stats.RendezvousSent++
+	case kindCTS:
+		r := m.req
+		h.ID, h.Total = r.rndvID, uint64(len(r.buf))
+		if r.pinned != nil {
+			h.Addr, h.RKey = r.pinned.addr(r.buf), r.pinned.mr.RKey()
+		}
 	case kindFIN:
 		h.ID = m.id
 	case kindEnlarge:
@@ -642,6 +639,8 @@ func (c *Comm) completion(wc *verbs.WorkCompletion) {
 		switch wc.WRID & wrKind {
 		case wrStage:
 			p.stageFree = append(p.stageFree, int(wc.WRID&^wrKind))
+		case wrRndv:
+			p.written(wc.WRID &^ wrKind)
 		case wrAck:
 			p.ackBusy = false
 			if p.ackPending {
@@ -652,8 +651,6 @@ func (c *Comm) completion(wc *verbs.WorkCompletion) {
 		if len(p.sendQ) > 0 {
 			c.activate(p)
 		}
-	case verbs.WCRDMARead:
-		p.readDone(wc.WRID &^ wrKind)
 	}
 }
 
@@ -702,13 +699,11 @@ func (p *peer) onSlot(h *header, payload []byte) {
 		c.stats.EagerReceived++
 		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, data: payload, total: int(h.Len)})
 	case kindRTS:
-		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, rndv: true, total: int(h.Total), id: h.ID, addr: h.Addr, rkey: h.RKey})
+		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, rndv: true, total: int(h.Total), id: h.ID})
+	case kindCTS:
+		p.onCTS(h)
 	case kindFIN:
-		if r := p.inflight[h.ID]; r != nil {
-			delete(p.inflight, h.ID)
-			c.regs.put(r.pinned)
-			r.complete(nil)
-		}
+		p.onFIN(h.ID)
 	case kindEnlarge:
 		p.lastAckSlot = int(h.Addr % ackSlots)
 		p.serveEnlarge(int(h.Phase), uint32(h.ID))

@@ -46,8 +46,9 @@ type Request struct {
 	pinned   *regEntry
 	rndvFrom int // rendezvous receive: the sender
 	rndvID   uint64
-	rndvAddr uint64
+	rndvAddr uint64 // rendezvous send: where the receiver wants it (CTS)
 	rndvKey  uint32
+	rndvLen  int
 }
 
 // Wait waits for the request and returns its status. If ctx ends first, a receive not

@@ -10,17 +10,19 @@ import (
 
 func netip4(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 
-// Rendezvous: a message above the largest eager phase is not copied. Its sender
-// registers the buffer (through the cache) and sends a request to send (RTS) with its
-// address and key through the eager slots; the receiver, once a receive matches, RDMA
-// READs it straight into the receive buffer (registered through the cache too) and
-// answers FIN, which completes the send.
+// Rendezvous: a message above the largest eager phase is not copied. Its sender asks
+// (RTS, through the eager slots, with the message's length); once a receive matches, the
+// receiver registers the receive buffer (through the cache) and answers clear-to-send
+// (CTS) with its address and key; the sender RDMA-WRITEs the message straight from its
+// buffer (registered through the cache too) and follows it with FIN, which completes the
+// receive: FIN's completion comes after the WRITE's data is placed, in either ordering
+// mode. WRITE, not READ: it is softrnic's faster direction.
 
-// startRead starts the READ of a matched rendezvous message (progress goroutine).
-func (c *Comm) startRead(r *Request, m *inMsg) {
+// startRendezvous answers a matched rendezvous request with CTS (progress goroutine).
+func (c *Comm) startRendezvous(r *Request, m *inMsg) {
 	p := c.peers[m.src]
 	// The peer may not be up yet here (its messages can arrive before our Accept
-	// returns): the READ waits in readQ until it is.
+	// returns): CTS waits in the send vector until it is.
 	if p == nil || p.state == psDead {
 		err := fmt.Errorf("%w: rank %d", ErrPeerGone, m.src)
 		if p != nil && p.err != nil {
@@ -31,55 +33,78 @@ func (c *Comm) startRead(r *Request, m *inMsg) {
 	}
 	r.rndvFrom, r.rndvID = m.src, m.id
 	r.status.Count = m.total
-	r.tag = m.tag
-	c.nextID++
-	r.id = c.nextID
-	r.status.Count = m.total
-	r.pinned = nil
 	r.buf = r.buf[:min(len(r.buf), m.total)]
-	r.rndvAddr, r.rndvKey = m.addr, m.rkey
-	p.readQ = append(p.readQ, r)
+	if len(r.buf) > 0 {
+		e, err := c.regs.get(r.buf, verbs.AccessRemoteWrite)
+		if err != nil {
+			r.complete(err)
+			return
+		}
+		r.pinned = e
+	}
+	p.recvRndv[m.id] = r
+	p.sendQ = append([]*outMsg{{kind: kindCTS, req: r}}, p.sendQ...)
 	c.activate(p)
 }
 
-// postRead posts the READ of a rendezvous receive.
-func (p *peer) postRead(r *Request) {
-	c := p.c
-	if len(r.buf) == 0 {
-		p.reads[r.id] = r
-		p.readDone(r.id)
+// onCTS: the receiver is ready; the WRITE goes when the send queue has room.
+func (p *peer) onCTS(h *header) {
+	r := p.inflight[h.ID]
+	if r == nil {
+		p.down(fmt.Errorf("protocol: clear-to-send for unknown message %d", h.ID))
 		return
 	}
-	e, err := c.regs.get(r.buf, verbs.AccessLocalWrite)
-	if err != nil {
-		r.complete(err)
-		return
-	}
-	r.pinned = e
-	p.reads[r.id] = r
-	if err := p.qp.PostSend([]verbs.SendWR{{WRID: wrRead | r.id, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{e.mr.SGE(e.off(r.buf), len(r.buf))}, RemoteAddr: r.rndvAddr, RKey: r.rndvKey}}); err != nil {
-		p.down(err)
-		return
-	}
-	p.sqUsed++
+	r.rndvAddr, r.rndvKey, r.rndvLen = h.Addr, h.RKey, int(min(h.Total, uint64(len(r.buf))))
+	p.writeQ = append(p.writeQ, r)
+	p.c.activate(p)
 }
 
-// readDone completes a rendezvous receive and tells the sender.
-func (p *peer) readDone(id uint64) {
+// postWrite writes a rendezvous message into the receiver's buffer, then FIN.
+func (p *peer) postWrite(r *Request) {
 	c := p.c
-	r := p.reads[id]
+	if r.rndvLen > 0 {
+		e, err := c.regs.get(r.buf, 0)
+		if err != nil {
+			r.complete(err)
+			return
+		}
+		r.pinned = e
+		if err := p.qp.PostSend([]verbs.SendWR{{WRID: wrRndv | r.id, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{e.mr.SGE(e.off(r.buf), r.rndvLen)}, RemoteAddr: r.rndvAddr, RKey: r.rndvKey}}); err != nil {
+			p.down(err)
+			return
+		}
+		p.sqUsed++
+	} else {
+		delete(p.inflight, r.id)
+		r.complete(nil)
+	}
+	p.sendQ = append([]*outMsg{{kind: kindFIN, id: r.id}}, p.sendQ...)
+}
+
+// written completes a rendezvous send whose WRITE completed.
+func (p *peer) written(id uint64) {
+	r := p.inflight[id]
 	if r == nil {
 		return
 	}
-	delete(p.reads, id)
-	if r.pinned != nil {
-		c.regs.put(r.pinned)
-		r.pinned = nil
+	delete(p.inflight, id)
+	p.c.regs.put(r.pinned)
+	r.pinned = nil
+	r.complete(nil)
+}
+
+// onFIN completes a rendezvous receive: the data before FIN is placed.
+func (p *peer) onFIN(id uint64) {
+	c := p.c
+	r := p.recvRndv[id]
+	if r == nil {
+		return
 	}
+	delete(p.recvRndv, id)
+	c.regs.put(r.pinned)
+	r.pinned = nil
 	c.stats.Rendezvous++
-	p.sendQ = append([]*outMsg{{kind: kindFIN, id: r.rndvID}}, p.sendQ...)
-	c.activate(p)
 	if len(r.buf) < r.status.Count {
 		r.complete(fmt.Errorf("%w: %d bytes from rank %d (tag %d) into a %d-byte buffer", ErrTruncated, r.status.Count, r.rndvFrom, r.tag, len(r.buf)))
 		return

@@ -38,8 +38,9 @@ const hdrLen = 48
 // Slot message kinds.
 const (
 	kindData    = 1 // eager message: the payload follows the header
-	kindRTS     = 2 // rendezvous request: read Len bytes at Addr with RKey
-	kindFIN     = 3 // rendezvous done: the receiver read message ID
+	kindRTS     = 2 // rendezvous: message ID of Total bytes is ready to send
+	kindFIN     = 3 // rendezvous: message ID was written
+	kindCTS     = 5 // rendezvous: write message ID (Total bytes) at Addr with RKey
 	kindEnlarge = 4 // provision ring phase Phase and acknowledge with Nonce
 )
 
@@ -51,10 +52,10 @@ type header struct {
 	Phase uint8 // kindEnlarge: the phase asked for
 	Tag   int32
 	Src   uint32
-	Total uint64 // the message's length (kindData: Len; kindRTS: what to read)
-	ID    uint64 // kindRTS, kindFIN: the sender's message ID; kindEnlarge: the nonce
-	Addr  uint64 // kindRTS
-	RKey  uint32 // kindRTS
+	Total uint64 // the message's length (kindData: Len; kindRTS: its length; kindCTS: what to write)
+	ID    uint64 // kindRTS, kindCTS, kindFIN: the sender's message ID; kindEnlarge: the nonce
+	Addr  uint64 // kindCTS: the receive buffer; kindEnlarge: the acknowledgement slot
+	RKey  uint32 // kindCTS
 }
 
 func (h *header) put(b []byte) {
