@@ -23,7 +23,7 @@ const (
 
 // Work request IDs: kind in the top byte.
 const (
-	wrStage  = 1 << 56 // a slot write from staging buffer (low bits: its index)
+	wrStage  = 1 << 56 // a slot write from a staging buffer (bits 32-39: staging generation; low bits: index)
 	wrCredit = 2 << 56
 	wrAck    = 3 << 56
 	wrRndv   = 4 << 56 // a rendezvous WRITE (low bits: the message ID)
@@ -86,6 +86,9 @@ type peer struct {
 	sendSeq               uint64
 	stage                 *verbs.MR
 	stageFree             []int
+	stageGen              int       // staging buffers provisioned so far (in WRIDs)
+	retired               *verbs.MR // the previous staging buffers, until their writes complete
+	retiredBusy           int
 	sendQ                 []*outMsg
 	inflight              map[uint64]*Request // rendezvous sends, until their WRITE completes
 	recvRndv              map[uint64]*Request // rendezvous receives, by the sender's message ID, until FIN
@@ -530,12 +533,16 @@ func (p *peer) askAck() {
 // are unregistered and freed, larger ones allocated and registered, and the peer's new
 // ring (from the acknowledgement) used from now on.
 func (p *peer) provisionLarge() bool {
-	if len(p.stageFree) != p.c.cfg.SendSlots {
-		return false // writes from the old staging buffers are still in flight
-	}
 	a := p.ack
-	p.stage.DeregMR() // blocks 455-456
+	if busy := p.c.cfg.SendSlots - len(p.stageFree); busy == 0 {
+		p.stage.DeregMR() // blocks 455-456
+	} else {
+		// Writes from the old staging buffers (the control message's, at least) are
+		// not acknowledged yet: unregister them when they are, rather than wait here.
+		p.retired, p.retiredBusy = p.stage, busy
+	}
 	p.stage = nil
+	p.stageGen++
 	if err := p.newStage(int(a.SlotSize)); err != nil { // blocks 457-458
 		p.down(err)
 		return false
@@ -588,7 +595,7 @@ func (p *peer) writeSlot(m *outMsg) {
 	slot := int(p.sendSeq % uint64(p.rSlots))
 	credits := min(p.owed, maxCredits)
 	p.owed -= credits
-	err := p.qp.PostSend([]verbs.SendWR{{WRID: wrStage | uint64(idx), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+	err := p.qp.PostSend([]verbs.SendWR{{WRID: wrStage | uint64(p.stageGen&0xFF)<<32 | uint64(idx), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{p.stage.SGE(idx*p.rSize, hdrLen+len(payload))}, RemoteAddr: p.rAddr + uint64(slot*p.rSize), RKey: p.rKey,
 		ImmData: imm(immSlot, p.gen, credits, slot)}})
 	if err != nil {
@@ -638,7 +645,15 @@ func (c *Comm) completion(wc *verbs.WorkCompletion) {
 	case verbs.WCRDMAWrite:
 		switch wc.WRID & wrKind {
 		case wrStage:
-			p.stageFree = append(p.stageFree, int(wc.WRID&^wrKind))
+			if gen := int(wc.WRID >> 32 & 0xFF); gen != p.stageGen&0xFF {
+				// A write from staging buffers replaced since: the last one frees them.
+				if p.retiredBusy--; p.retiredBusy == 0 && p.retired != nil {
+					p.retired.DeregMR()
+					p.retired = nil
+				}
+				break
+			}
+			p.stageFree = append(p.stageFree, int(wc.WRID&0xFFFFFFFF))
 		case wrRndv:
 			p.written(wc.WRID &^ wrKind)
 		case wrAck:

@@ -7,6 +7,8 @@
 //	rmsgrun -np 4 rmsg allreduce     Allreduce latency (sum of float64)
 //	rmsgrun -np 33 rmsg memory       registered memory per connection: rank 0 sends one
 //	                                 small message to every other rank
+//	rmsgrun -np 9 rmsg enlarge       what an enlargement costs: rank 0 and each other rank
+//	                                 time the round trip that enlarges their connection
 //	rmsgrun -np 4 rmsg selftest      point-to-point, enlargement, rendezvous, collectives
 //	mpirun -np 4 -x SOFTRNIC_ROOT=127.0.0.1:29500 rmsg selftest
 //
@@ -37,9 +39,14 @@ type result struct {
 	P50US     float64 `json:"p50_us,omitempty"`
 	MBps      float64 `json:"mb_per_s,omitempty"`
 	// memory
-	Conns        int `json:"conns,omitempty"`
-	PerConnBytes int `json:"per_conn_bytes,omitempty"`
-	LargeBytes   int `json:"large_per_conn_bytes,omitempty"`
+	// enlarge
+	FirstUS      float64 `json:"first_us,omitempty"`
+	SteadyUS     float64 `json:"steady_us,omitempty"`
+	SmallRTTUS   float64 `json:"small_rtt_us,omitempty"`
+	ExtraRTTs    float64 `json:"extra_rtts,omitempty"`
+	Conns        int     `json:"conns,omitempty"`
+	PerConnBytes int     `json:"per_conn_bytes,omitempty"`
+	LargeBytes   int     `json:"large_per_conn_bytes,omitempty"`
 }
 
 func main() {
@@ -82,6 +89,9 @@ func main() {
 			return
 		}
 		switch {
+		case r.FirstUS > 0:
+			fmt.Printf("%-10s %9d B first round trip %.1f us, then %.1f us; a small round trip %.1f us: the enlargement cost %.2f extra small round trips (median of %d connections)\n",
+				r.Test, r.Size, r.FirstUS, r.SteadyUS, r.SmallRTTUS, r.ExtraRTTs, r.Conns)
 		case r.Conns > 0:
 			fmt.Printf("%-10s %d connections: %d bytes registered per connection (%d with large buffers from the start: %.0f×)\n",
 				r.Test, r.Conns, r.PerConnBytes, r.LargeBytes, float64(r.LargeBytes)/float64(r.PerConnBytes))
@@ -100,6 +110,8 @@ func main() {
 		err = allreduce(ctx, c, orDefault(sizes, []int{8, 1024, 65536}), *iters, out)
 	case "memory":
 		err = memory(ctx, c, out)
+	case "enlarge":
+		err = enlarge(ctx, c, out)
 	case "selftest":
 		err = selftest(ctx, c)
 		if err == nil && c.Rank() == 0 {
@@ -345,4 +357,71 @@ func pat(n, from, i int) []byte {
 		b[j] = byte(j*31 + from*7 + i)
 	}
 	return b
+}
+
+// enlarge measures what an enlargement costs: rank 0 and rank r warm their connection
+// with small messages, then time the first round trip of a message that needs the next
+// phase (it enlarges the ring in both directions), then the same round trip again, and a
+// small one. The extra time of the first, in small round trips, is the enlargement's cost.
+func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
+	const size, small = 4000, 64
+	big, sm := make([]byte, size), make([]byte, small)
+	rt := func(peer int, b []byte) (time.Duration, error) {
+		t := time.Now()
+		if c.Rank() == 0 {
+			if err := c.Send(ctx, b, peer, 9); err != nil {
+				return 0, err
+			}
+			if _, err := c.Recv(ctx, b, peer, 9); err != nil {
+				return 0, err
+			}
+		} else {
+			if _, err := c.Recv(ctx, b, 0, 9); err != nil {
+				return 0, err
+			}
+			if err := c.Send(ctx, b, 0, 9); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(t), nil
+	}
+	var first, steady, smallRT []float64
+	for peer := 1; peer < c.Size(); peer++ {
+		if c.Rank() != 0 && c.Rank() != peer {
+			continue
+		}
+		for i := 0; i < 50; i++ {
+			if _, err := rt(peer, sm); err != nil {
+				return err
+			}
+		}
+		f, err := rt(peer, big)
+		if err != nil {
+			return err
+		}
+		var st, sr []float64
+		for i := 0; i < 50; i++ {
+			d, err := rt(peer, big)
+			if err != nil {
+				return err
+			}
+			st = append(st, us(d))
+			if d, err = rt(peer, sm); err != nil {
+				return err
+			}
+			sr = append(sr, us(d))
+		}
+		slices.Sort(st)
+		slices.Sort(sr)
+		first, steady, smallRT = append(first, us(f)), append(steady, st[len(st)/2]), append(smallRT, sr[len(sr)/2])
+	}
+	if c.Rank() == 0 && len(first) > 0 {
+		med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+		extra := make([]float64, len(first))
+		for i := range first {
+			extra[i] = (first[i] - steady[i]) / smallRT[i]
+		}
+		out(result{Test: "enlarge", Size: size, FirstUS: med(first), SteadyUS: med(steady), SmallRTTUS: med(smallRT), ExtraRTTs: med(extra), Conns: len(first)})
+	}
+	return nil
 }
