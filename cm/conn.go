@@ -50,7 +50,6 @@ type conn struct {
 	ordering  verbs.Ordering
 	keepAlive time.Duration
 	softPeer  bool // the peer sent softrnic's extension: it answers keep-alive probes
-	listener  *Listener
 
 	ready     chan struct{} // closed when Dial's or Accept's wait ends
 	readyErr  error

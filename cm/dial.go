@@ -147,7 +147,7 @@ func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *ve
 	h.Put(req.PrivateData[:])
 	copy(req.PrivateData[mad.CMAHeaderLen:], p.PrivateData)
 	c.req = req
-	c.sendREQ(psn)
+	c.sendREQ()
 	m.mu.Unlock()
 
 	select {
@@ -179,12 +179,11 @@ func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *ve
 }
 
 // sendREQ sends the request and arms its timer (mu held).
-func (c *conn) sendREQ(psn uint32) {
+func (c *conn) sendREQ() {
 	c.state = stReqSent
 	c.m.stats.REQSent++
 	c.keep(&c.req)
 	c.arm(c.timeout)
-	_ = psn
 }
 
 // onREP: the listener accepted. Configure the QP from the negotiated parameters, move it

@@ -166,7 +166,7 @@ func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 	}
 	c := m.newConn(false, src)
 	c.tid = tid
-	c.remoteID, c.peerQPN, c.req, c.listener, c.state = r.LocalCommID, r.LocalQPN, *r, l, stReqRcvd
+	c.remoteID, c.peerQPN, c.req, c.state = r.LocalCommID, r.LocalQPN, *r, stReqRcvd
 	c.timeout = clampWait(codeDuration(r.LocalCMResponseTimeout))
 	c.maxRetries = int(r.MaxCMRetries)
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
@@ -199,7 +200,7 @@ func (p *peer) connect() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
 		defer cancel()
-		conn, err := cm.Dial(ctx, c.dev, netip4(to.Addr(), servicePort), qp,
+		conn, err := cm.Dial(ctx, c.dev, netip.AddrPortFrom(to.Addr(), servicePort), qp,
 			&cm.DialParams{PrivateData: data, DevicePort: to.Port(), Options: c.connectOptions()})
 		if !c.submit(func() { c.onDialed(p, conn, err) }) && conn != nil {
 			conn.Disconnect()

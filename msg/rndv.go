@@ -2,13 +2,11 @@ package msg
 
 import (
 	"fmt"
-	"net/netip"
 	"unsafe"
 
 	"github.com/softrnic/softrnic/verbs"
 )
 
-func netip4(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 
 // Rendezvous: a message above the largest eager phase is not copied. Its sender asks
 // (RTS, through the eager slots, with the message's length); once a receive matches, the
