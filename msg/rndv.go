@@ -7,7 +7,6 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
-
 // Rendezvous: a message above the largest eager phase is not copied. Its sender asks
 // (RTS, through the eager slots, with the message's length); once a receive matches, the
 // receiver registers the receive buffer (through the cache) and answers clear-to-send
