@@ -32,6 +32,9 @@ const (
 	wrKind   = 0xFF << 56
 )
 
+// maxRendezvous is the longest message a peer may announce (an RDMA WRITE's limit).
+const maxRendezvous = 1 << 31
+
 // sqDepth is each connection's send queue.
 const sqDepth = 128
 
@@ -675,7 +678,7 @@ func (p *peer) onImm(v uint32) {
 	c := p.c
 	kind, gen, credits, slot := immParts(v)
 	if credits > 0 && gen == p.rGen&3 {
-		p.credits += credits
+		p.credits = min(p.credits+credits, p.rSlots) // a peer cannot grant more slots than its ring has
 		c.activate(p)
 	}
 	switch kind {
@@ -715,6 +718,10 @@ func (p *peer) onSlot(h *header, payload []byte) {
 		c.stats.EagerReceived++
 		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, data: payload, total: int(h.Len)})
 	case kindRTS:
+		if h.Total > maxRendezvous {
+			p.down(fmt.Errorf("protocol: a rendezvous message of %d bytes", h.Total))
+			return
+		}
 		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, rndv: true, total: int(h.Total), id: h.ID})
 	case kindCTS:
 		p.onCTS(h)
