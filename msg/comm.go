@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
@@ -25,11 +26,16 @@ const srqDepth = 4096
 const cqDepth = 1 << 15
 
 // Comm is one rank of a job: its device, its connections to the other ranks (made on
-// first use), and the progress goroutine that owns all of them.
+// first use), and the progress engine that moves all of them.
 //
-// Every method may be called from any goroutine. The connection state, the rings, the
-// matching queues and the requests belong to the progress goroutine; API calls hand it
-// work (submit) and wait on the request.
+// Every method may be called from any goroutine. Locking: the progress lock (pmu) guards
+// the connection state, the rings, the matching queues and the requests. Whoever holds it
+// progresses (round): an API call that starts an operation, a Wait that polls for its
+// request (in the caller's goroutine, as MPI libraries progress in the caller's thread:
+// no hand-off between goroutines on the way to a completion), or the progress goroutine,
+// which sleeps on the CQ's completion channel while no caller polls and keeps
+// connections moving between calls. Goroutines that must not wait for the lock (the CM's
+// answers, the listener) hand work over with submit, under mu.
 type Comm struct {
 	cfg  Config
 	rank int
@@ -45,13 +51,18 @@ type Comm struct {
 	lis *cm.Listener
 
 	mu     sync.Mutex
-	ops    []func()
-	closed bool
+	ops    []func() // guarded by mu
+	closed bool     // guarded by mu
 	wake   chan struct{}
 	cqEv   chan struct{}
 	done   chan struct{} // the progress goroutine ended
 
-	// Owned by the progress goroutine.
+	// spinners counts the Waits polling for their request: while there are any, the
+	// progress goroutine sleeps without asking for completion events.
+	spinners atomic.Int32
+
+	pmu sync.Mutex // the progress lock: everything below
+
 	peers      []*peer
 	byQPN      map[uint32]*peer
 	active     []*peer // peers with something to send
@@ -61,10 +72,15 @@ type Comm struct {
 	regs       regCache
 	nextID     uint64
 	nonce      uint32
-	stopping   bool
+	stopping   bool // shutdown began: nothing is posted to the SRQ any more
+	down       bool // shutdown ended: every call fails with ErrClosed
 	stats      Stats
+	wcs        []verbs.WorkCompletion
+	srqOwed    int // SRQ receives consumed and not yet put back
+	recvWRs    []verbs.RecvWR
+	transfers  int // rendezvous transfers under way (a Wait keeps polling while data moves)
 
-	spin    time.Duration // how long the progress goroutine polls before it sleeps
+	spin    time.Duration // how long a Wait polls after the last progress before it sleeps
 	collSeq int           // collectives called so far (the caller's goroutine; collectives are not concurrent)
 }
 
@@ -107,6 +123,8 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, dev: dev, wake: make(chan struct{}, 1), cqEv: make(chan struct{}, 1),
 		done: make(chan struct{}), byQPN: map[uint32]*peer{}, peers: make([]*peer, cfg.Size)}
 	c.regs.init(c)
+	c.wcs = make([]verbs.WorkCompletion, 64)
+	c.recvWRs = make([]verbs.RecvWR, srqDepth)
 	if cfg.Size <= runtime.NumCPU() {
 		c.spin = spinFor // oversubscribed ranks do not spin (as MPI libraries yield when idle)
 	}
@@ -155,7 +173,8 @@ func (c *Comm) Size() int { return c.size }
 // Device is the rank's device.
 func (c *Comm) Device() *verbs.Context { return c.dev }
 
-// submit hands f to the progress goroutine.
+// submit hands f to whoever progresses next (the progress goroutine is woken). It is for
+// goroutines that must not wait for the progress lock.
 func (c *Comm) submit(f func()) bool {
 	c.mu.Lock()
 	if c.closed {
@@ -164,25 +183,27 @@ func (c *Comm) submit(f func()) bool {
 	}
 	c.ops = append(c.ops, f)
 	c.mu.Unlock()
+	c.kick()
+	return true
+}
+
+// kick wakes the progress goroutine.
+func (c *Comm) kick() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
-// call runs f on the progress goroutine and waits for it.
+// call runs f under the progress lock.
 func (c *Comm) call(f func()) error {
-	done := make(chan struct{})
-	if !c.submit(func() { f(); close(done) }) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.down {
 		return ErrClosed
 	}
-	select {
-	case <-done:
-		return nil
-	case <-c.done:
-		return ErrClosed
-	}
+	f()
+	return nil
 }
 
 // events forwards the CQ's completion events to the progress goroutine.
@@ -214,75 +235,57 @@ func (c *Comm) accept() {
 	}
 }
 
-// run is the progress goroutine.
+// run is the progress goroutine. It progresses whenever there is work and no caller polls
+// (callers in Wait do while they poll), then sleeps until a completion event, a
+// submission, or an acknowledgement's timeout.
 func (c *Comm) run() {
 	defer close(c.done)
-	wcs := make([]verbs.WorkCompletion, 64)
-	var ackTimer *time.Timer
-	var idleSince time.Time
+	var timer *time.Timer
 	for {
-		worked := false
-		if n := c.cq.PollCQ(wcs); n > 0 {
-			for i := range wcs[:n] {
-				c.completion(&wcs[i])
-			}
-			worked = true
-		}
-		c.mu.Lock()
-		ops := c.ops
-		c.ops = nil
-		c.mu.Unlock()
-		for _, f := range ops {
-			f()
-			worked = true
-		}
-		if c.stopping {
-			c.shutdown()
+		c.pmu.Lock()
+		if c.down {
+			c.pmu.Unlock()
 			return
 		}
-		waitAck := false
-		active := c.active
-		c.active = c.active[:0:0]
-		for _, p := range active {
-			p.queued = false
-			if p.progress() {
-				worked = true
-			}
-			if p.needsProgress() {
-				c.activate(p)
-				waitAck = waitAck || p.ctlSent
-			}
-		}
+		worked, waiting := c.round()
+		c.pmu.Unlock()
 		if worked {
-			idleSince = time.Time{}
-			continue
-		}
-		// Nothing to do: keep polling a while (an answer often follows within
-		// microseconds, and waking a sleeping goroutine costs more), then sleep until a
-		// completion, a submission, or an acknowledgement's timeout.
-		if idleSince.IsZero() {
-			idleSince = time.Now()
-		}
-		if time.Since(idleSince) < c.spin {
 			runtime.Gosched()
 			continue
 		}
-		idleSince = time.Time{}
-		c.cq.ReqNotifyCQ(false)
-		if n := c.cq.PollCQ(wcs); n > 0 {
-			for i := range wcs[:n] {
-				c.completion(&wcs[i])
+		var timeout <-chan time.Time
+		if waiting {
+			if timer == nil {
+				timer = time.NewTimer(time.Millisecond)
+			} else {
+				timer.Reset(time.Millisecond)
+			}
+			timeout = timer.C
+		}
+		if c.spinners.Load() > 0 {
+			// Callers poll and progress. One that gives up kicks; one whose request
+			// completed does not (it is usually back within microseconds), so look
+			// again after a while.
+			if timeout == nil {
+				if timer == nil {
+					timer = time.NewTimer(spinnerCheck)
+				} else {
+					timer.Reset(spinnerCheck)
+				}
+				timeout = timer.C
+			}
+			select {
+			case <-c.wake:
+			case <-timeout:
 			}
 			continue
 		}
-		var timeout <-chan time.Time
-		if waitAck || len(c.active) > 0 {
-			if ackTimer == nil {
-				ackTimer = time.NewTimer(time.Millisecond)
-			} else {
-				ackTimer.Reset(time.Millisecond)
-			}
-			timeout = ackTimer.C
+		c.cq.ReqNotifyCQ(false)
+		c.pmu.Lock()
+		worked = !c.down && c.pollCQ()
+		c.pmu.Unlock()
+		if worked {
+			continue
 		}
 		select {
 		case <-c.cqEv:
@@ -292,17 +295,110 @@ func (c *Comm) run() {
 	}
 }
 
-// drainCQ handles every completion in the CQ now.
-func (c *Comm) drainCQ() {
-	var wcs [64]verbs.WorkCompletion
+// round is one turn of the progress engine (progress lock held): the CQ's completions, the
+// work handed over, then every connection with something to send. It reports whether
+// anything happened, and whether some connection still has work (it waits for an
+// acknowledgement, a timeout or room).
+func (c *Comm) round() (worked, waiting bool) {
+	worked = c.pollCQ()
+	c.mu.Lock()
+	ops := c.ops
+	c.ops = nil
+	c.mu.Unlock()
+	for _, f := range ops {
+		f()
+		worked = true
+	}
+	if c.pump() {
+		worked = true
+	}
+	return worked, len(c.active) > 0
+}
+
+// pollCQ handles the completions in the CQ (progress lock held) and puts back the SRQ
+// receives they took.
+func (c *Comm) pollCQ() bool {
+	worked := false
 	for {
-		n := c.cq.PollCQ(wcs[:])
-		for i := range wcs[:n] {
-			c.completion(&wcs[i])
+		n := c.cq.PollCQ(c.wcs)
+		for i := range c.wcs[:n] {
+			c.completion(&c.wcs[i])
 		}
-		if n < len(wcs) {
-			return
+		worked = worked || n > 0
+		if n < len(c.wcs) {
+			break
 		}
+	}
+	if c.srqOwed > 0 && !c.stopping {
+		if err := c.srq.PostSRQRecv(c.recvWRs[:c.srqOwed]); err == nil {
+			c.srqOwed = 0
+		}
+	}
+	return worked
+}
+
+// pump lets every connection with work move (progress lock held).
+func (c *Comm) pump() bool {
+	worked := false
+	active := c.active
+	c.active = c.active[:0:0]
+	for _, p := range active {
+		p.queued = false
+		if p.progress() {
+			worked = true
+		}
+		if p.needsProgress() {
+			c.activate(p)
+		}
+	}
+	return worked
+}
+
+// await waits until done is closed or ctx ends, and reports which. While the rank is not
+// oversubscribed it polls first, progressing in the caller's goroutine, until spin has
+// passed since anyone last made progress; then it sleeps and the progress goroutine takes
+// over.
+func (c *Comm) await(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	c.spinners.Add(1)
+	idle := time.Now()
+	for {
+		if c.pmu.TryLock() {
+			worked := false
+			if !c.down {
+				worked, _ = c.round()
+				worked = worked || c.transfers > 0
+			}
+			c.pmu.Unlock()
+			if worked {
+				idle = time.Now()
+			}
+		}
+		select {
+		case <-done:
+			// The progress goroutine finds no spinner at its next timeout: waking it
+			// now would cost the next operation its processor.
+			c.spinners.Add(-1)
+			return true
+		default:
+		}
+		if ctx.Err() != nil || time.Since(idle) >= c.spin {
+			break
+		}
+		runtime.Gosched()
+	}
+	if c.spinners.Add(-1) == 0 {
+		c.kick()
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -340,13 +436,19 @@ func (c *Comm) Close() error {
 		<-c.done
 		return nil
 	}
-	c.ops = append(c.ops, func() { c.stopping = true })
 	c.closed = true
+	ops := c.ops // handed over before Close: nothing is added now
+	c.ops = nil
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	c.pmu.Lock()
+	for _, f := range ops {
+		f()
 	}
+	c.stopping = true
+	c.shutdown()
+	c.down = true
+	c.pmu.Unlock()
+	c.kick()
 	<-c.done
 	return c.dev.Close()
 }
@@ -354,16 +456,18 @@ func (c *Comm) Close() error {
 // drainFor bounds how long Close waits for sends in flight.
 const drainFor = 5 * time.Second
 
-// spinFor is how long the progress goroutine polls with nothing to do before it sleeps.
+// spinnerCheck is how often the progress goroutine looks whether callers still poll.
+const spinnerCheck = time.Millisecond
+
+// spinFor is how long a Wait polls, after the last progress, before it sleeps.
 const spinFor = 200 * time.Microsecond
 
-// shutdown fails what is pending and disconnects (progress goroutine, last). Sends
+// shutdown fails what is pending and disconnects (progress lock held, last). Sends
 // already handed to a connection are let finish first (bounded): an eager send completes
 // when its data was copied, so a rank that returns from its last send and closes must
 // not take the data down with its QP.
 func (c *Comm) shutdown() {
 	c.lis.Close()
-	wcs := make([]verbs.WorkCompletion, 64)
 	for deadline := time.Now().Add(drainFor); time.Now().Before(deadline); {
 		busy := false
 		for _, p := range c.peers {
@@ -375,9 +479,7 @@ func (c *Comm) shutdown() {
 		if !busy {
 			break
 		}
-		for i := range wcs[:c.cq.PollCQ(wcs)] {
-			c.completion(&wcs[i])
-		}
+		c.pollCQ()
 		runtime.Gosched()
 	}
 	var wg sync.WaitGroup
@@ -416,9 +518,14 @@ func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint8) *Request {
 		r.complete(fmt.Errorf("msg: Isend to rank %d of %d with tag %d: invalid", dest, c.size, tag))
 		return r
 	}
-	if !c.submit(func() { c.startSend(r) }) {
+	c.pmu.Lock()
+	if c.down {
 		r.complete(ErrClosed)
+	} else {
+		c.startSend(r)
+		c.pump() // post it now
 	}
+	c.pmu.Unlock()
 	return r
 }
 
@@ -434,9 +541,13 @@ func (c *Comm) irecv(buf []byte, source, tag int, ctxID uint8) *Request {
 		r.complete(fmt.Errorf("msg: Irecv from rank %d of %d with tag %d: invalid", source, c.size, tag))
 		return r
 	}
-	if !c.submit(func() { c.postRecv(r) }) {
+	c.pmu.Lock()
+	if c.down {
 		r.complete(ErrClosed)
+	} else {
+		c.postRecv(r)
 	}
+	c.pmu.Unlock()
 	return r
 }
 
@@ -451,7 +562,7 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, source, tag int) (Status, e
 	return c.Irecv(buf, source, tag).Wait(ctx)
 }
 
-// startSend queues a send to its peer (progress goroutine).
+// startSend queues a send to its peer (progress lock held).
 func (c *Comm) startSend(r *Request) {
 	p, err := c.peer(r.peer)
 	if err != nil {
@@ -474,7 +585,7 @@ func (c *Comm) startSend(r *Request) {
 	c.activate(p)
 }
 
-// cancel ends r with err if it has not started (progress goroutine).
+// cancel ends r with err if it has not started (progress lock held).
 func (c *Comm) cancel(r *Request, err error) {
 	if r.started {
 		return

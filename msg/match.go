@@ -126,21 +126,19 @@ func (c *Comm) Probe(ctx context.Context, source, tag int) (Status, error) {
 	if found {
 		return pr.st, nil
 	}
-	select {
-	case <-pr.wake:
-		if pr.gone {
-			return Status{}, ErrClosed
-		}
-		return pr.st, nil
-	case <-ctx.Done():
-		c.submit(func() {
-			for i, q := range c.probes {
-				if q == pr {
-					c.probes = append(c.probes[:i], c.probes[i+1:]...)
-					return
-				}
+	if !c.await(ctx, pr.wake) {
+		c.pmu.Lock()
+		defer c.pmu.Unlock()
+		for i, q := range c.probes {
+			if q == pr {
+				c.probes = append(c.probes[:i], c.probes[i+1:]...)
+				return Status{}, ctx.Err()
 			}
-		})
-		return Status{}, ctx.Err()
+		}
+		// It matched meanwhile.
 	}
+	if pr.gone {
+		return Status{}, ErrClosed
+	}
+	return pr.st, nil
 }

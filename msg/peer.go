@@ -55,7 +55,7 @@ func (m *outMsg) size() int {
 
 // peer is this rank's connection to one other rank: the ring it receives into (written by
 // the peer), the peer's ring it sends into, staging buffers, and the enlargement state of
-// seed 004 for each direction. Owned by the progress goroutine.
+// seed 004 for each direction. Guarded by the progress lock.
 type peer struct {
 	c      *Comm
 	rank   int
@@ -331,7 +331,7 @@ func (p *peer) up(conn *cm.Conn, h hello) {
 		c.submit(func() {
 			// What the peer sent before it disconnected is already in the CQ (it was
 			// acknowledged before the DisconnectRequest left): take it first.
-			c.drainCQ()
+			c.pollCQ()
 			p.down(conn.Err())
 		})
 	}()
@@ -374,10 +374,12 @@ func (p *peer) fail(err error) {
 	for id, r := range p.inflight {
 		r.complete(err)
 		delete(p.inflight, id)
+		c.transfers--
 	}
 	for id, r := range p.recvRndv {
 		r.complete(err)
 		delete(p.recvRndv, id)
+		c.transfers--
 	}
 	p.writeQ = nil // their requests are in inflight
 	keep := c.posted[:0]
@@ -391,7 +393,7 @@ func (p *peer) fail(err error) {
 	c.posted = keep
 }
 
-// needsProgress reports whether the progress goroutine should call progress again
+// needsProgress reports whether the progress engine should call progress again
 // without waiting for a completion.
 func (p *peer) needsProgress() bool {
 	if p.state != psUp {
@@ -581,6 +583,7 @@ func (p *peer) writeSlot(m *outMsg) {
 		c.nextID++
 		r.id = c.nextID
 		p.inflight[r.id] = r
+		c.transfers++
 		h.Tag, h.Ctx, h.Total, h.ID = int32(r.tag), r.ctx, uint64(len(r.buf)), r.id
 		c.stats.RendezvousSent++
 	case kindCTS:
@@ -625,14 +628,12 @@ func (p *peer) postImm(wrid uint64, v uint32) {
 	p.sqUsed++
 }
 
-// completion handles one completion of the rank's CQ (progress goroutine).
+// completion handles one completion of the rank's CQ (progress lock held).
 func (c *Comm) completion(wc *verbs.WorkCompletion) {
 	p := c.byQPN[wc.QPNum]
 	if wc.Opcode == verbs.WCRecvRDMAWithImm || (wc.Status != verbs.WCSuccess && wc.WRID == 0) {
 		// An SRQ receive: put it back.
-		if !c.stopping {
-			c.srq.PostSRQRecv([]verbs.RecvWR{{}})
-		}
+		c.srqOwed++ // pollCQ puts it back
 	} else if p != nil {
 		p.sqUsed--
 	}

@@ -55,13 +55,12 @@ type Request struct {
 // yet matched or a send not yet started is cancelled and Wait returns ctx.Err(); one
 // already under way is waited for (it ends with the peer's answer or its death).
 func (r *Request) Wait(ctx context.Context) (Status, error) {
-	select {
-	case <-r.done:
-		return r.status, r.err
-	case <-ctx.Done():
+	if !r.c.await(ctx, r.done) {
+		r.c.pmu.Lock()
+		r.c.cancel(r, ctx.Err())
+		r.c.pmu.Unlock()
+		<-r.done
 	}
-	r.c.submit(func() { r.c.cancel(r, ctx.Err()) })
-	<-r.done
 	return r.status, r.err
 }
 
@@ -71,11 +70,22 @@ func (r *Request) Test() (Status, bool, error) {
 	case <-r.done:
 		return r.status, true, r.err
 	default:
+	}
+	if r.c.pmu.TryLock() { // progress, as MPI_Test does
+		if !r.c.down {
+			r.c.round()
+		}
+		r.c.pmu.Unlock()
+	}
+	select {
+	case <-r.done:
+		return r.status, true, r.err
+	default:
 		return Status{}, false, nil
 	}
 }
 
-// complete ends the request (progress goroutine).
+// complete ends the request (progress lock held).
 func (r *Request) complete(err error) {
 	select {
 	case <-r.done:

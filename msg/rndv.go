@@ -15,7 +15,7 @@ import (
 // receive: FIN's completion comes after the WRITE's data is placed, in either ordering
 // mode. WRITE, not READ: it is softrnic's faster direction.
 
-// startRendezvous answers a matched rendezvous request with CTS (progress goroutine).
+// startRendezvous answers a matched rendezvous request with CTS (progress lock held).
 func (c *Comm) startRendezvous(r *Request, m *inMsg) {
 	p := c.peers[m.src]
 	// The peer may not be up yet here (its messages can arrive before our Accept
@@ -40,6 +40,7 @@ func (c *Comm) startRendezvous(r *Request, m *inMsg) {
 		r.pinned = e
 	}
 	p.recvRndv[m.id] = r
+	c.transfers++
 	p.sendQ = append([]*outMsg{{kind: kindCTS, req: r}}, p.sendQ...)
 	c.activate(p)
 }
@@ -74,6 +75,7 @@ func (p *peer) postWrite(r *Request) {
 		p.sqUsed++
 	} else {
 		delete(p.inflight, r.id)
+		c.transfers--
 		r.complete(nil)
 	}
 	p.sendQ = append([]*outMsg{{kind: kindFIN, id: r.id}}, p.sendQ...)
@@ -86,6 +88,7 @@ func (p *peer) written(id uint64) {
 		return
 	}
 	delete(p.inflight, id)
+	p.c.transfers--
 	p.c.regs.put(r.pinned)
 	r.pinned = nil
 	r.complete(nil)
@@ -99,6 +102,7 @@ func (p *peer) onFIN(id uint64) {
 		return
 	}
 	delete(p.recvRndv, id)
+	c.transfers--
 	c.regs.put(r.pinned)
 	r.pinned = nil
 	c.stats.Rendezvous++

@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,7 @@ func main() {
 	sizesFlag := fs.String("s", "", "message sizes, comma-separated (default per test)")
 	iters := fs.Int("n", 0, "iterations per size (default per test)")
 	ordering := fs.String("ordering", "ordered", "offer ordered or weak delivery")
+	cpuprofile := fs.String("cpuprofile", "", "write each rank's CPU profile to this file, suffixed with .RANK")
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|selftest [flags]   (under rmsgrun or mpirun)")
 		os.Exit(2)
@@ -71,6 +73,15 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rmsg:", err)
 		os.Exit(1)
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprofile, c.Rank()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rmsg:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
 	var sizes []int
 	for _, f := range strings.Split(*sizesFlag, ",") {
