@@ -18,13 +18,6 @@ import (
 // servicePort is the connection manager port every rank listens on.
 const servicePort = 18600
 
-// srqDepth is how many zero-length receives the rank's SRQ keeps posted: each WRITE with
-// immediate from any peer takes one.
-const srqDepth = 4096
-
-// cqDepth is the rank's CQ: the SRQ's receives and the sends in flight.
-const cqDepth = 1 << 15
-
 // Comm is one rank of a job: its device, its connections to the other ranks (made on
 // first use), and the progress engine that moves all of them.
 //
@@ -124,7 +117,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 		done: make(chan struct{}), byQPN: map[uint32]*peer{}, peers: make([]*peer, cfg.Size)}
 	c.regs.init(c)
 	c.wcs = make([]verbs.WorkCompletion, 64)
-	c.recvWRs = make([]verbs.RecvWR, srqDepth)
+	c.recvWRs = make([]verbs.RecvWR, cfg.SRQDepth) // zero-length: a WRITE with immediate takes one
 	if cfg.Size <= runtime.NumCPU() {
 		c.spin = spinFor // oversubscribed ranks do not spin (as MPI libraries yield when idle)
 	}
@@ -142,14 +135,13 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if c.ch, err = dev.CreateCompChannel(); err != nil {
 		return fail(err)
 	}
-	if c.cq, err = dev.CreateCQ(cqDepth, c.ch, verbs.NoHandler); err != nil {
+	if c.cq, err = dev.CreateCQ(cfg.CQDepth, c.ch, verbs.NoHandler); err != nil {
 		return fail(err)
 	}
-	if c.srq, err = c.pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: srqDepth, MaxSGE: 1}); err != nil {
+	if c.srq, err = c.pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: cfg.SRQDepth, MaxSGE: 1}); err != nil {
 		return fail(err)
 	}
-	recvs := make([]verbs.RecvWR, srqDepth)
-	if err := c.srq.PostSRQRecv(recvs); err != nil {
+	if err := c.srq.PostSRQRecv(c.recvWRs); err != nil {
 		return fail(err)
 	}
 	if c.lis, err = cm.Listen(dev, servicePort); err != nil {

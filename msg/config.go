@@ -38,6 +38,11 @@ type Config struct {
 	Device verbs.DeviceConfig
 	// ConnectTimeout bounds how long the first message to a peer waits for the connection.
 	ConnectTimeout time.Duration
+	// SRQDepth is how many receives the rank's shared receive queue keeps posted (each
+	// message or control message from any peer takes one until the rank polls it;
+	// default 4096), CQDepth its completion queue (default 32768). A rank of a large
+	// job on a small machine may take less.
+	SRQDepth, CQDepth int
 
 	hooks *testHooks
 }
@@ -77,6 +82,15 @@ func (c *Config) defaults() error {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 30 * time.Second
+	}
+	if c.SRQDepth == 0 {
+		c.SRQDepth = 4096
+	}
+	if c.CQDepth == 0 {
+		c.CQDepth = 1 << 15
+	}
+	if c.SRQDepth < 16 || c.SRQDepth > 16384 || c.CQDepth < 2*c.SRQDepth || c.CQDepth > 1<<20 {
+		return fmt.Errorf("msg: SRQDepth %d (16..16384) or CQDepth %d (2*SRQDepth..1Mi) out of range", c.SRQDepth, c.CQDepth)
 	}
 	if !c.Addr.IsValid() {
 		c.Addr = netip.MustParseAddr("127.0.0.1")

@@ -56,6 +56,7 @@ func main() {
 	sizesFlag := fs.String("s", "", "message sizes, comma-separated (default per test)")
 	iters := fs.Int("n", 0, "iterations per size (default per test)")
 	ordering := fs.String("ordering", "ordered", "offer ordered or weak delivery")
+	conns := fs.Int("conns", 0, "memory: measure rank 0 with this many connections, the other ranks all hosted by the launcher's rank 1 (run with -np 2)")
 	cpuprofile := fs.String("cpuprofile", "", "write each rank's CPU profile to this file, suffixed with .RANK")
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|selftest [flags]   (under rmsgrun or mpirun)")
@@ -69,6 +70,13 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if test == "memory" && *conns > 0 {
+		if err := memoryMany(ctx, cfg, *conns, *jsonOut); err != nil {
+			fmt.Fprintln(os.Stderr, "rmsg memory:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	c, err := msg.Init(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rmsg:", err)
@@ -104,8 +112,7 @@ func main() {
 			fmt.Printf("%-10s %9d B first round trip %.1f us, then %.1f us; a small round trip %.1f us: the enlargement cost %.2f extra small round trips (median of %d connections)\n",
 				r.Test, r.Size, r.FirstUS, r.SteadyUS, r.SmallRTTUS, r.ExtraRTTs, r.Conns)
 		case r.Conns > 0:
-			fmt.Printf("%-10s %d connections: %d bytes registered per connection (%d with large buffers from the start: %.0f×)\n",
-				r.Test, r.Conns, r.PerConnBytes, r.LargeBytes, float64(r.LargeBytes)/float64(r.PerConnBytes))
+			printMemory(r)
 		case r.MBps > 0:
 			fmt.Printf("%-10s %9d B %10.1f MB/s\n", r.Test, r.Size, r.MBps)
 		default:
@@ -433,6 +440,72 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 			extra[i] = (first[i] - steady[i]) / smallRT[i]
 		}
 		out(result{Test: "enlarge", Size: size, FirstUS: med(first), SteadyUS: med(steady), SmallRTTUS: med(smallRT), ExtraRTTs: med(extra), Conns: len(first)})
+	}
+	return nil
+}
+
+func printMemory(r result) {
+	fmt.Printf("%-10s %d connections: %d bytes registered per connection (%d with large buffers from the start: %.0f×)\n",
+		r.Test, r.Conns, r.PerConnBytes, r.LargeBytes, float64(r.LargeBytes)/float64(r.PerConnBytes))
+}
+
+// memoryMany is the many-connections memory report: a job of n+1 ranks in two processes,
+// rank 0 alone in the launcher's rank 0, ranks 1..n in its rank 1 (each with its own
+// device, its queues kept small); rank 0 sends each one small message, then reports what
+// it holds registered per connection.
+func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool) error {
+	if err := msg.FromEnv(&cfg); err != nil {
+		return err
+	}
+	if cfg.Size != 2 {
+		return fmt.Errorf("-conns needs a job of 2 processes (rmsgrun -np 2), not %d", cfg.Size)
+	}
+	cfg.Size = n + 1
+	if cfg.Rank == 0 {
+		c, err := msg.Init(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := memory(ctx, c, func(r result) {
+			r.Ranks = c.Size()
+			if jsonOut {
+				b, _ := json.Marshal(r)
+				fmt.Println(string(b))
+			} else {
+				printMemory(r)
+			}
+		}); err != nil {
+			return err
+		}
+		return c.Barrier(ctx)
+	}
+	light := cfg
+	light.SRQDepth, light.CQDepth = 16, 64
+	light.Device.DisableGRO, light.Device.SocketBuffer, light.Device.NumCompVectors = true, 256<<10, 1
+	errs := make(chan error, n)
+	for r := 1; r <= n; r++ {
+		go func(r int) {
+			cfg := light
+			cfg.Rank = r
+			c, err := msg.Init(ctx, cfg)
+			if err == nil {
+				err = memory(ctx, c, func(result) {})
+				if err == nil {
+					err = c.Barrier(ctx)
+				}
+				c.Close()
+			}
+			if err != nil {
+				err = fmt.Errorf("rank %d: %w", r, err)
+			}
+			errs <- err
+		}(r)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return err
+		}
 	}
 	return nil
 }
