@@ -63,6 +63,7 @@ type Comm struct {
 	unexpected []*inMsg
 	probes     []*probe
 	regs       regCache
+	pool       bufPool
 	nextID     uint64
 	nonce      uint32
 	stopping   bool // shutdown began: nothing is posted to the SRQ any more
@@ -150,6 +151,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if c.book, c.job, err = exchange(ctx, cfg.Rank, cfg.Size, cfg.Root, dev.Addr(), job); err != nil {
 		return fail(err)
 	}
+	c.pool.init(c)
 	go c.events()
 	go c.accept()
 	go c.run()
@@ -187,13 +189,15 @@ func (c *Comm) kick() {
 	}
 }
 
-// call runs f under the progress lock.
+// call runs f under the progress lock, after the work handed over before it (f sees
+// what the call's caller could have seen happen).
 func (c *Comm) call(f func()) error {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
 	if c.down {
 		return ErrClosed
 	}
+	c.runOps()
 	f()
 	return nil
 }
@@ -293,18 +297,25 @@ func (c *Comm) run() {
 // acknowledgement, a timeout or room).
 func (c *Comm) round() (worked, waiting bool) {
 	worked = c.pollCQ()
-	c.mu.Lock()
-	ops := c.ops
-	c.ops = nil
-	c.mu.Unlock()
-	for _, f := range ops {
-		f()
+	if c.runOps() {
 		worked = true
 	}
 	if c.pump() {
 		worked = true
 	}
 	return worked, len(c.active) > 0
+}
+
+// runOps runs the work handed over with submit (progress lock held).
+func (c *Comm) runOps() bool {
+	c.mu.Lock()
+	ops := c.ops
+	c.ops = nil
+	c.mu.Unlock()
+	for _, f := range ops {
+		f()
+	}
+	return len(ops) > 0
 }
 
 // pollCQ handles the completions in the CQ (progress lock held) and puts back the SRQ
@@ -429,13 +440,9 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closed = true
-	ops := c.ops // handed over before Close: nothing is added now
-	c.ops = nil
 	c.mu.Unlock()
 	c.pmu.Lock()
-	for _, f := range ops {
-		f()
-	}
+	c.runOps() // handed over before Close: nothing is added now
 	c.stopping = true
 	c.shutdown()
 	c.down = true

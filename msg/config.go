@@ -43,6 +43,10 @@ type Config struct {
 	// default 4096), CQDepth its completion queue (default 32768). A rank of a large
 	// job on a small machine may take less.
 	SRQDepth, CQDepth int
+	// Reserve is how many spare rings and staging buffers of each enlargement phase the
+	// rank keeps allocated (not registered) ahead of time, so that an enlargement does
+	// not wait for fresh memory (default 1; negative: none).
+	Reserve int
 
 	hooks *testHooks
 }
@@ -82,6 +86,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 30 * time.Second
+	}
+	if c.Reserve == 0 {
+		c.Reserve = 1
 	}
 	if c.SRQDepth == 0 {
 		c.SRQDepth = 4096

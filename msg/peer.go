@@ -135,7 +135,7 @@ func newPeer(c *Comm, r int) (*peer, error) {
 	if p.qp, err = c.newQP(); err != nil {
 		return nil, fmt.Errorf("msg: connection to rank %d: %w", r, err)
 	}
-	if p.ring, err = c.pd.RegMR(make([]byte, c.cfg.Slots*c.cfg.Phases[0]), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if p.ring, err = c.regBuf(c.cfg.Slots*c.cfg.Phases[0], verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	if p.ackMR, err = c.pd.RegMR(make([]byte, ackAreaLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -163,7 +163,7 @@ func (c *Comm) newQP() (*verbs.QP, error) {
 
 // newStage provisions the sender's staging buffers for slots of size bytes.
 func (p *peer) newStage(size int) error {
-	mr, err := p.c.pd.RegMR(make([]byte, p.c.cfg.SendSlots*size), verbs.AccessLocalWrite)
+	mr, err := p.c.regBuf(p.c.cfg.SendSlots*size, verbs.AccessLocalWrite)
 	if err != nil {
 		return err
 	}
@@ -541,7 +541,7 @@ func (p *peer) askAck() {
 func (p *peer) provisionLarge() bool {
 	a := p.ack
 	if busy := p.c.cfg.SendSlots - len(p.stageFree); busy == 0 {
-		p.stage.DeregMR() // blocks 455-456
+		p.c.deregBuf(p.stage) // blocks 455-456
 	} else {
 		// Writes from the old staging buffers (the control message's, at least) are
 		// not acknowledged yet: unregister them when they are, rather than wait here.
@@ -653,7 +653,7 @@ func (c *Comm) completion(wc *verbs.WorkCompletion) {
 			if gen := int(wc.WRID >> 32 & 0xFF); gen != p.stageGen&0xFF {
 				// A write from staging buffers replaced since: the last one frees them.
 				if p.retiredBusy--; p.retiredBusy == 0 && p.retired != nil {
-					p.retired.DeregMR()
+					c.deregBuf(p.retired)
 					p.retired = nil
 				}
 				break
@@ -753,9 +753,9 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 		p.down(fmt.Errorf("protocol: enlargement from phase %d to %d", p.phase, phase))
 		return
 	}
-	p.ring.DeregMR()
+	c.deregBuf(p.ring)
 	p.ring = nil
-	mr, err := c.pd.RegMR(make([]byte, c.cfg.Slots*c.cfg.Phases[phase]), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mr, err := c.regBuf(c.cfg.Slots*c.cfg.Phases[phase], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		p.down(err)
 		return

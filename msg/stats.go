@@ -33,7 +33,7 @@ type Memory struct {
 	// Registered is every connection's registered bytes; RegCache the user buffers the
 	// registration cache holds.
 	Registered, RegCache int
-	Peers                []PeerMemory // connections made, by rank
+	Peers                []PeerMemory // connections made or being made (or failed, until Close), by rank
 }
 
 // Memory reports the rank's registered memory, per connection and phase.
@@ -41,8 +41,8 @@ func (c *Comm) Memory() Memory {
 	var m Memory
 	c.call(func() {
 		for _, p := range c.peers {
-			if p == nil || p.qp == nil || p.state != psUp {
-				continue
+			if p == nil || p.qp == nil {
+				continue // no connection (or this rank itself)
 			}
 			pm := PeerMemory{Rank: p.rank, RecvPhase: p.phase, SendPhase: p.rPhase, Control: p.ackMR.Len()}
 			if p.ring != nil {

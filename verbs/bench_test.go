@@ -115,3 +115,27 @@ func BenchmarkSendRecv(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRegMR registers and deregisters a fresh 128 KiB buffer: pinned (its pages
+// faulted in by RegMR) and on demand (faulted in when first touched).
+func BenchmarkRegMR(b *testing.B) {
+	ctx := openDevice(b, ipA, verbs.DeviceConfig{})
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		access verbs.AccessFlags
+	}{{"pinned", verbs.AccessLocalWrite}, {"on-demand", verbs.AccessLocalWrite | verbs.AccessOnDemand}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				mr, err := pd.RegMR(make([]byte, 128<<10), c.access)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mr.DeregMR()
+			}
+		})
+	}
+}

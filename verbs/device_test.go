@@ -260,6 +260,7 @@ func TestRegMRAccess(t *testing.T) {
 		{"local write", buf, verbs.AccessLocalWrite, true},
 		{"remote read only", buf, verbs.AccessRemoteRead, true},
 		{"everything", buf, allAccess, true},
+		{"on demand", buf, allAccess | verbs.AccessOnDemand, true},
 		{"remote write without local write", buf, verbs.AccessRemoteWrite, false},
 		{"remote atomic without local write", buf, verbs.AccessRemoteAtomic, false},
 		{"remote write and read without local write", buf, verbs.AccessRemoteWrite | verbs.AccessRemoteRead, false},

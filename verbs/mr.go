@@ -72,14 +72,19 @@ const (
 	AccessRemoteWrite  AccessFlags = 2
 	AccessRemoteRead   AccessFlags = 4
 	AccessRemoteAtomic AccessFlags = 8
+	// AccessOnDemand (IBV_ACCESS_ON_DEMAND) registers without faulting the pages in:
+	// registration costs the same at any size, and a page costs its fault when the data
+	// path first touches it. For large buffers of which little may be used.
+	AccessOnDemand AccessFlags = 64
 )
 
 // MR is a registered memory region (ibv_mr). The memory stays referenced by the MR until
 // DeregMR; remote peers address it by IOVA and RKey.
 type MR struct {
-	pd   *PD
-	r    *tpt.Region
-	dead bool
+	pd       *PD
+	r        *tpt.Region
+	dead     bool
+	onDemand bool
 }
 
 // RegMR registers buf for access through the device. Its IOVA (the address peers use in
@@ -94,7 +99,8 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 
 // RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova): peers address byte i of
 // buf as iova+i. Like ibv_reg_mr, registration faults the buffer's pages in (on Linux,
-// without changing its contents), so that the data path does not take page faults.
+// without changing its contents), so that the data path does not take page faults,
+// unless access has AccessOnDemand.
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("verbs: RegMR: %w: empty buffer", ErrInvalid)
@@ -102,7 +108,11 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error
 	if uint64(len(buf)) > maxMRSize {
 		return nil, fmt.Errorf("verbs: RegMR: %w: %d bytes exceed max_mr_size", ErrInvalid, len(buf))
 	}
-	populate(buf)
+	if access&AccessOnDemand == 0 {
+		populate(buf)
+	}
+	onDemand := access&AccessOnDemand != 0
+	access &^= AccessOnDemand
 	c := pd.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -118,7 +128,7 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error
 		return nil, fmt.Errorf("verbs: RegMR: %w: %v", ErrInvalid, err)
 	}
 	c.mrs++
-	return &MR{pd: pd, r: r}, nil
+	return &MR{pd: pd, r: r, onDemand: onDemand}, nil
 }
 
 // DeregMR deregisters the region: from now on its keys are invalid for local and remote
@@ -162,7 +172,13 @@ func (mr *MR) Len() int { return mr.r.Len() }
 func (mr *MR) Buf() []byte { return mr.r.Buf() }
 
 // Access returns the access rights the region was registered with.
-func (mr *MR) Access() AccessFlags { return AccessFlags(mr.r.Access()) }
+func (mr *MR) Access() AccessFlags {
+	a := AccessFlags(mr.r.Access())
+	if mr.onDemand {
+		a |= AccessOnDemand
+	}
+	return a
+}
 
 // PD returns the protection domain the region belongs to.
 func (mr *MR) PD() *PD { return mr.pd }

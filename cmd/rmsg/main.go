@@ -384,20 +384,21 @@ func pat(n, from, i int) []byte {
 func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 	const size, small = 4000, 64
 	big, sm := make([]byte, size), make([]byte, small)
-	rt := func(peer int, b []byte) (time.Duration, error) {
+	// rt is a round trip from rank 0: out goes to peer, which answers with back.
+	rt := func(peer int, out, back []byte) (time.Duration, error) {
 		t := time.Now()
 		if c.Rank() == 0 {
-			if err := c.Send(ctx, b, peer, 9); err != nil {
+			if err := c.Send(ctx, out, peer, 9); err != nil {
 				return 0, err
 			}
-			if _, err := c.Recv(ctx, b, peer, 9); err != nil {
+			if _, err := c.Recv(ctx, back, peer, 9); err != nil {
 				return 0, err
 			}
 		} else {
-			if _, err := c.Recv(ctx, b, 0, 9); err != nil {
+			if _, err := c.Recv(ctx, out, 0, 9); err != nil {
 				return 0, err
 			}
-			if err := c.Send(ctx, b, 0, 9); err != nil {
+			if err := c.Send(ctx, back, 0, 9); err != nil {
 				return 0, err
 			}
 		}
@@ -409,22 +410,23 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 			continue
 		}
 		for i := 0; i < 50; i++ {
-			if _, err := rt(peer, sm); err != nil {
+			if _, err := rt(peer, sm, sm); err != nil {
 				return err
 			}
 		}
-		f, err := rt(peer, big)
+		// Rank 0's message enlarges the connection toward the peer; the answer is small.
+		f, err := rt(peer, big, sm)
 		if err != nil {
 			return err
 		}
 		var st, sr []float64
 		for i := 0; i < 50; i++ {
-			d, err := rt(peer, big)
+			d, err := rt(peer, big, sm)
 			if err != nil {
 				return err
 			}
 			st = append(st, us(d))
-			if d, err = rt(peer, sm); err != nil {
+			if d, err = rt(peer, sm, sm); err != nil {
 				return err
 			}
 			sr = append(sr, us(d))
@@ -481,7 +483,7 @@ func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool) error 
 		return c.Barrier(ctx)
 	}
 	light := cfg
-	light.SRQDepth, light.CQDepth = 16, 64
+	light.SRQDepth, light.CQDepth, light.Reserve = 16, 64, -1
 	light.Device.DisableGRO, light.Device.SocketBuffer, light.Device.NumCompVectors = true, 256<<10, 1
 	errs := make(chan error, n)
 	for r := 1; r <= n; r++ {
