@@ -59,6 +59,7 @@ type Comm struct {
 	peers      []*peer
 	byQPN      map[uint32]*peer
 	active     []*peer // peers with something to send
+	spare      []*peer // the other list, while pump walks one
 	posted     []*Request
 	unexpected []*inMsg
 	probes     []*probe
@@ -344,7 +345,7 @@ func (c *Comm) pollCQ() bool {
 func (c *Comm) pump() bool {
 	worked := false
 	active := c.active
-	c.active = c.active[:0:0]
+	c.active, c.spare = c.spare[:0], nil // activate appends to the other list
 	for _, p := range active {
 		p.queued = false
 		if p.progress() {
@@ -354,18 +355,26 @@ func (c *Comm) pump() bool {
 			c.activate(p)
 		}
 	}
+	clear(active)
+	c.spare = active[:0]
 	return worked
 }
 
-// await waits until done is closed or ctx ends, and reports which. While the rank is not
+// waitable is what await waits for: a request or a probe.
+type waitable interface {
+	// finished reports whether it is done (any goroutine).
+	finished() bool
+	// signal returns a channel closed when it is done (progress lock held).
+	signal() <-chan struct{}
+}
+
+// await waits until w is done or ctx ends, and reports which. While the rank is not
 // oversubscribed it polls first, progressing in the caller's goroutine, until spin has
 // passed since anyone last made progress; then it sleeps and the progress goroutine takes
 // over.
-func (c *Comm) await(ctx context.Context, done <-chan struct{}) bool {
-	select {
-	case <-done:
+func (c *Comm) await(ctx context.Context, w waitable) bool {
+	if w.finished() {
 		return true
-	default:
 	}
 	c.spinners.Add(1)
 	idle := time.Now()
@@ -381,13 +390,11 @@ func (c *Comm) await(ctx context.Context, done <-chan struct{}) bool {
 				idle = time.Now()
 			}
 		}
-		select {
-		case <-done:
+		if w.finished() {
 			// The progress goroutine finds no spinner at its next timeout: waking it
 			// now would cost the next operation its processor.
 			c.spinners.Add(-1)
 			return true
-		default:
 		}
 		if ctx.Err() != nil || time.Since(idle) >= c.spin {
 			break
@@ -397,8 +404,15 @@ func (c *Comm) await(ctx context.Context, done <-chan struct{}) bool {
 	if c.spinners.Add(-1) == 0 {
 		c.kick()
 	}
+	c.pmu.Lock()
+	if w.finished() {
+		c.pmu.Unlock()
+		return true
+	}
+	sig := w.signal()
+	c.pmu.Unlock()
 	select {
-	case <-done:
+	case <-sig:
 		return true
 	case <-ctx.Done():
 		return false
@@ -498,9 +512,10 @@ func (c *Comm) shutdown() {
 	for _, r := range c.posted {
 		r.complete(ErrClosed)
 	}
+	c.posted = nil
 	for _, pr := range c.probes {
 		pr.gone = true
-		close(pr.wake)
+		pr.fire()
 	}
 	wg.Wait()
 }
@@ -512,10 +527,17 @@ func (c *Comm) Isend(buf []byte, dest, tag int) *Request {
 }
 
 func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint8) *Request {
-	r := &Request{c: c, done: make(chan struct{}), send: true, buf: buf, peer: dest, tag: tag, ctx: ctxID}
+	r := new(Request)
+	c.sendInto(r, buf, dest, tag, ctxID)
+	return r
+}
+
+// sendInto starts a send with request r.
+func (c *Comm) sendInto(r *Request, buf []byte, dest, tag int, ctxID uint8) {
+	*r = Request{c: c, send: true, buf: buf, peer: dest, tag: tag, ctx: ctxID}
 	if dest < 0 || dest >= c.size || tag < 0 {
 		r.complete(fmt.Errorf("msg: Isend to rank %d of %d with tag %d: invalid", dest, c.size, tag))
-		return r
+		return
 	}
 	c.pmu.Lock()
 	if c.down {
@@ -525,7 +547,6 @@ func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint8) *Request {
 		c.pump() // post it now
 	}
 	c.pmu.Unlock()
-	return r
 }
 
 // Irecv starts receiving into buf a message from source (or AnySource) with tag (or
@@ -535,10 +556,17 @@ func (c *Comm) Irecv(buf []byte, source, tag int) *Request {
 }
 
 func (c *Comm) irecv(buf []byte, source, tag int, ctxID uint8) *Request {
-	r := &Request{c: c, done: make(chan struct{}), buf: buf, peer: source, tag: tag, ctx: ctxID}
+	r := new(Request)
+	c.recvInto(r, buf, source, tag, ctxID)
+	return r
+}
+
+// recvInto starts a receive with request r.
+func (c *Comm) recvInto(r *Request, buf []byte, source, tag int, ctxID uint8) {
+	*r = Request{c: c, buf: buf, peer: source, tag: tag, ctx: ctxID}
 	if source < AnySource || source >= c.size || tag < AnyTag {
 		r.complete(fmt.Errorf("msg: Irecv from rank %d of %d with tag %d: invalid", source, c.size, tag))
-		return r
+		return
 	}
 	c.pmu.Lock()
 	if c.down {
@@ -547,18 +575,24 @@ func (c *Comm) irecv(buf []byte, source, tag int, ctxID uint8) *Request {
 		c.postRecv(r)
 	}
 	c.pmu.Unlock()
-	return r
 }
 
 // Send sends buf to dest with tag and returns when buf may be reused (MPI_Send).
 func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
-	_, err := c.Isend(buf, dest, tag).Wait(ctx)
+	r := reqPool.Get().(*Request)
+	c.sendInto(r, buf, dest, tag, 0)
+	_, err := r.Wait(ctx)
+	r.release()
 	return err
 }
 
 // Recv receives a message into buf (MPI_Recv).
 func (c *Comm) Recv(ctx context.Context, buf []byte, source, tag int) (Status, error) {
-	return c.Irecv(buf, source, tag).Wait(ctx)
+	r := reqPool.Get().(*Request)
+	c.recvInto(r, buf, source, tag, 0)
+	st, err := r.Wait(ctx)
+	r.release()
+	return st, err
 }
 
 // startSend queues a send to its peer (progress lock held).
@@ -576,7 +610,7 @@ func (c *Comm) startSend(r *Request) {
 		c.sendSelf(r)
 		return
 	}
-	p.enqueue(&outMsg{kind: kindData, req: r})
+	p.sendQ.push(outMsg{kind: kindData, req: r})
 	if len(r.buf) > c.cfg.threshold(len(c.cfg.Phases)-1) {
 		p.sendQ[len(p.sendQ)-1].kind = kindRTS
 	}
@@ -593,7 +627,7 @@ func (c *Comm) cancel(r *Request, err error) {
 		if p := c.peers[r.peer]; p != nil {
 			for i, m := range p.sendQ {
 				if m.req == r {
-					p.sendQ = append(p.sendQ[:i], p.sendQ[i+1:]...)
+					p.sendQ.remove(i)
 					r.complete(err)
 					return
 				}

@@ -3,6 +3,7 @@ package msg
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 )
 
 // Matching, as MPI defines it: a receive takes the first message, in arrival order, whose
@@ -51,14 +52,16 @@ func (c *Comm) postRecv(r *Request) {
 }
 
 // arrived matches a message that just arrived, or keeps it as unexpected.
-func (c *Comm) arrived(m *inMsg) {
+func (c *Comm) arrived(msg inMsg) {
 	for i, r := range c.posted {
-		if r.matches(m.src, m.tag, m.ctx) {
+		if r.matches(msg.src, msg.tag, msg.ctx) {
 			c.posted = append(c.posted[:i], c.posted[i+1:]...)
-			c.deliver(r, m)
+			c.deliver(r, &msg)
 			return
 		}
 	}
+	m := new(inMsg) // kept: only an unexpected message costs an allocation
+	*m = msg
 	if !m.rndv {
 		m.data = append([]byte(nil), m.data...) // out of the slot, which goes back to the sender
 	}
@@ -66,7 +69,7 @@ func (c *Comm) arrived(m *inMsg) {
 	for i := 0; i < len(c.probes); i++ {
 		if pr := c.probes[i]; pr.matches(m) {
 			pr.st = Status{Source: m.src, Tag: m.tag, Count: m.total}
-			close(pr.wake)
+			pr.fire()
 			c.probes = append(c.probes[:i], c.probes[i+1:]...)
 			i--
 		}
@@ -92,7 +95,7 @@ func (c *Comm) deliver(r *Request, m *inMsg) {
 // sendSelf delivers a message a rank sends to itself.
 func (c *Comm) sendSelf(r *Request) {
 	r.started = true
-	c.arrived(&inMsg{src: c.rank, tag: r.tag, ctx: r.ctx, data: r.buf, total: len(r.buf)})
+	c.arrived(inMsg{src: c.rank, tag: r.tag, ctx: r.ctx, data: r.buf, total: len(r.buf)})
 	r.complete(nil)
 }
 
@@ -100,10 +103,20 @@ func (c *Comm) sendSelf(r *Request) {
 type probe struct {
 	src, tag int
 	ctx      uint8
-	wake     chan struct{}
+	done     atomic.Bool
+	wake     chan struct{} // closed when done
 	st       Status
 	gone     bool // the communicator closed
 }
+
+// fire ends the probe (progress lock held).
+func (p *probe) fire() {
+	p.done.Store(true)
+	close(p.wake)
+}
+
+func (p *probe) finished() bool          { return p.done.Load() }
+func (p *probe) signal() <-chan struct{} { return p.wake }
 
 func (p *probe) matches(m *inMsg) bool { return matches(p.src, p.tag, p.ctx, m.src, m.tag, m.ctx) }
 
@@ -126,7 +139,7 @@ func (c *Comm) Probe(ctx context.Context, source, tag int) (Status, error) {
 	if found {
 		return pr.st, nil
 	}
-	if !c.await(ctx, pr.wake) {
+	if !c.await(ctx, pr) {
 		c.pmu.Lock()
 		defer c.pmu.Unlock()
 		for i, q := range c.probes {

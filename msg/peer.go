@@ -93,7 +93,7 @@ type peer struct {
 	stageGen              int       // staging buffers provisioned so far (in WRIDs)
 	retired               *verbs.MR // the previous staging buffers, until their writes complete
 	retiredBusy           int
-	sendQ                 []*outMsg
+	sendQ                 sendVector
 	inflight              map[uint64]*Request // rendezvous sends, until their WRITE completes
 	recvRndv              map[uint64]*Request // rendezvous receives, by the sender's message ID, until FIN
 	writeQ                []*Request          // rendezvous WRITEs waiting for room
@@ -111,6 +111,39 @@ type peer struct {
 	ackSlot     int  // the slot of our area the next acknowledgement is written to
 
 	lastAckSlot int // receiver: the slot of the sender's area the acknowledgement goes to
+
+	wr  [1]verbs.SendWR // the work request being posted (no allocation per post)
+	sge [1]verbs.SGE
+}
+
+// sendVector is a connection's send vector (seed 004): its elements in order, in storage
+// that is reused.
+type sendVector []outMsg
+
+func (v *sendVector) push(m outMsg) { *v = append(*v, m) }
+
+// pushFront puts a control message before the messages waiting.
+func (v *sendVector) pushFront(m outMsg) {
+	*v = append(*v, outMsg{})
+	copy((*v)[1:], *v)
+	(*v)[0] = m
+}
+
+// pop takes the first element.
+func (v *sendVector) pop() outMsg { return v.remove(0) }
+
+// remove takes element i.
+func (v *sendVector) remove(i int) outMsg {
+	m := (*v)[i]
+	n := i + copy((*v)[i:], (*v)[i+1:])
+	(*v)[n] = outMsg{}
+	*v = (*v)[:n]
+	return m
+}
+
+func (v *sendVector) clear() {
+	clear(*v)
+	*v = (*v)[:0]
 }
 
 // The acknowledgement area: ackSlots slots, each written at most once per request (a
@@ -185,9 +218,6 @@ func (p *peer) hello() []byte {
 func (c *Comm) connectOptions() verbs.ConnectOptions {
 	return verbs.ConnectOptions{MTU: verbs.MTU4096, Ordering: c.cfg.Ordering}
 }
-
-// enqueue appends an element to the send vector.
-func (p *peer) enqueue(m *outMsg) { p.sendQ = append(p.sendQ, m) }
 
 // connect dials the peer unless a connection is made or being made.
 func (p *peer) connect() {
@@ -370,7 +400,7 @@ func (p *peer) fail(err error) {
 			m.req.complete(err)
 		}
 	}
-	p.sendQ = nil
+	p.sendQ.clear()
 	for id, r := range p.inflight {
 		r.complete(err)
 		delete(p.inflight, id)
@@ -482,11 +512,9 @@ func (p *peer) transfer() (sent int) {
 	}
 	// Block 340 (or 356 after enlargement): the prefix, as credits and staging allow.
 	for n > 0 && p.credits > 0 && len(p.stageFree) > 0 && p.sqUsed < sqDepth {
-		m := p.sendQ[0]
-		p.sendQ[0] = nil
-		p.sendQ = p.sendQ[1:]
+		m := p.sendQ.pop()
 		n--
-		p.writeSlot(m)
+		p.writeSlot(&m)
 		sent++
 	}
 	return sent
@@ -602,9 +630,10 @@ func (p *peer) writeSlot(m *outMsg) {
 	slot := int(p.sendSeq % uint64(p.rSlots))
 	credits := min(p.owed, maxCredits)
 	p.owed -= credits
-	err := p.qp.PostSend([]verbs.SendWR{{WRID: wrStage | uint64(p.stageGen&0xFF)<<32 | uint64(idx), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{p.stage.SGE(idx*p.rSize, hdrLen+len(payload))}, RemoteAddr: p.rAddr + uint64(slot*p.rSize), RKey: p.rKey,
-		ImmData: imm(immSlot, p.gen, credits, slot)}})
+	p.sge[0] = p.stage.SGE(idx*p.rSize, hdrLen+len(payload))
+	p.wr[0] = verbs.SendWR{WRID: wrStage | uint64(p.stageGen&0xFF)<<32 | uint64(idx), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+		SGList: p.sge[:], RemoteAddr: p.rAddr + uint64(slot*p.rSize), RKey: p.rKey, ImmData: imm(immSlot, p.gen, credits, slot)}
+	err := p.qp.PostSend(p.wr[:])
 	if err != nil {
 		p.down(err)
 		return
@@ -619,8 +648,9 @@ func (p *peer) writeSlot(m *outMsg) {
 
 // postImm posts a zero-length WRITE with immediate data (credits, notifications).
 func (p *peer) postImm(wrid uint64, v uint32) {
-	err := p.qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
-		RemoteAddr: p.rAddr, RKey: p.rKey, ImmData: v}})
+	p.wr[0] = verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+		RemoteAddr: p.rAddr, RKey: p.rKey, ImmData: v}
+	err := p.qp.PostSend(p.wr[:])
 	if err != nil {
 		p.down(err)
 		return
@@ -717,13 +747,13 @@ func (p *peer) onSlot(h *header, payload []byte) {
 	switch h.Kind {
 	case kindData:
 		c.stats.EagerReceived++
-		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, data: payload, total: int(h.Len)})
+		c.arrived(inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, data: payload, total: int(h.Len)})
 	case kindRTS:
 		if h.Total > maxRendezvous {
 			p.down(fmt.Errorf("protocol: a rendezvous message of %d bytes", h.Total))
 			return
 		}
-		c.arrived(&inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, rndv: true, total: int(h.Total), id: h.ID})
+		c.arrived(inMsg{src: p.rank, tag: int(h.Tag), ctx: h.Ctx, rndv: true, total: int(h.Total), id: h.ID})
 	case kindCTS:
 		p.onCTS(h)
 	case kindFIN:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 )
 
 // AnySource and AnyTag match any sender or tag in Recv, Irecv and Probe.
@@ -32,7 +34,8 @@ type Status struct {
 // Request is a non-blocking operation (MPI_Request).
 type Request struct {
 	c      *Comm
-	done   chan struct{}
+	done   atomic.Bool   // set under the progress lock, with status and err
+	sig    chan struct{} // made by a Wait that sleeps, closed when done (progress lock)
 	status Status
 	err    error
 
@@ -55,45 +58,58 @@ type Request struct {
 // yet matched or a send not yet started is cancelled and Wait returns ctx.Err(); one
 // already under way is waited for (it ends with the peer's answer or its death).
 func (r *Request) Wait(ctx context.Context) (Status, error) {
-	if !r.c.await(ctx, r.done) {
+	if !r.c.await(ctx, r) {
 		r.c.pmu.Lock()
 		r.c.cancel(r, ctx.Err())
 		r.c.pmu.Unlock()
-		<-r.done
+		r.c.await(context.Background(), r)
 	}
 	return r.status, r.err
 }
 
 // Test reports whether the request is done, and then its status and error.
 func (r *Request) Test() (Status, bool, error) {
-	select {
-	case <-r.done:
-		return r.status, true, r.err
-	default:
-	}
-	if r.c.pmu.TryLock() { // progress, as MPI_Test does
+	if !r.done.Load() && r.c.pmu.TryLock() { // progress, as MPI_Test does
 		if !r.c.down {
 			r.c.round()
 		}
 		r.c.pmu.Unlock()
 	}
-	select {
-	case <-r.done:
-		return r.status, true, r.err
-	default:
+	if !r.done.Load() {
 		return Status{}, false, nil
 	}
+	return r.status, true, r.err
+}
+
+// finished and signal make a Request something await can wait for.
+func (r *Request) finished() bool { return r.done.Load() }
+
+func (r *Request) signal() <-chan struct{} {
+	if r.sig == nil {
+		r.sig = make(chan struct{})
+	}
+	return r.sig
 }
 
 // complete ends the request (progress lock held).
 func (r *Request) complete(err error) {
-	select {
-	case <-r.done:
+	if r.done.Load() {
 		return
-	default:
 	}
 	r.err = err
-	close(r.done)
+	r.done.Store(true)
+	if r.sig != nil {
+		close(r.sig)
+	}
+}
+
+// reqPool holds the requests of the blocking Send and Recv, which no caller sees.
+var reqPool = sync.Pool{New: func() any { return new(Request) }}
+
+// release gives a request of Send or Recv back: it is done, and nothing refers to it.
+func (r *Request) release() {
+	*r = Request{}
+	reqPool.Put(r)
 }
 
 func errPeer(rank int, err error) error {

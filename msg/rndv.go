@@ -41,7 +41,7 @@ func (c *Comm) startRendezvous(r *Request, m *inMsg) {
 	}
 	p.recvRndv[m.id] = r
 	c.transfers++
-	p.sendQ = append([]*outMsg{{kind: kindCTS, req: r}}, p.sendQ...)
+	p.sendQ.pushFront(outMsg{kind: kindCTS, req: r})
 	c.activate(p)
 }
 
@@ -78,7 +78,7 @@ func (p *peer) postWrite(r *Request) {
 		c.transfers--
 		r.complete(nil)
 	}
-	p.sendQ = append([]*outMsg{{kind: kindFIN, id: r.id}}, p.sendQ...)
+	p.sendQ.pushFront(outMsg{kind: kindFIN, id: r.id})
 }
 
 // written completes a rendezvous send whose WRITE completed.
