@@ -28,6 +28,14 @@ func FromEnv(c *Config) error {
 			return fmt.Errorf("msg: %s=%q %s=%q: not a rank and a size", v[0], rs, v[1], ss)
 		}
 		c.Rank, c.Size = r, s
+		if c.LocalSize == 0 {
+			for _, v := range []string{"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"} {
+				if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
+					c.LocalSize = n
+					break
+				}
+			}
+		}
 		if c.Root == "" {
 			c.Root = os.Getenv("SOFTRNIC_ROOT")
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,9 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	if cfg.LocalSize > 1 && !cfg.KeepGOMAXPROCS && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/cfg.LocalSize))
+	}
 	dc := cfg.Device
 	dc.Addr, dc.Port = cfg.Addr, verbs.AnyPort
 	dev, err := verbs.OpenDevice(dc)
@@ -120,7 +124,11 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	c.regs.init(c)
 	c.wcs = make([]verbs.WorkCompletion, 64)
 	c.recvWRs = make([]verbs.RecvWR, cfg.SRQDepth) // zero-length: a WRITE with immediate takes one
-	if cfg.Size <= runtime.NumCPU() {
+	local := cfg.LocalSize
+	if local == 0 {
+		local = cfg.Size
+	}
+	if local <= runtime.NumCPU() {
 		c.spin = spinFor // oversubscribed ranks do not spin (as MPI libraries yield when idle)
 	}
 	fail := func(err error) (*Comm, error) {

@@ -12,6 +12,15 @@ import (
 // come from the launcher's environment when Size is 0 (see FromEnv).
 type Config struct {
 	Rank, Size int
+	// LocalSize is how many of the job's ranks share this host (0: unknown; from
+	// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE). When
+	// several do, Init gives each its share of the CPUs by lowering GOMAXPROCS to
+	// NumCPU/LocalSize (at least 1), as MPI launchers bind each rank to its cores: two
+	// ranks each running as many threads as there are CPUs take turns on them, which
+	// halves what a connection between them moves. Not when the GOMAXPROCS environment
+	// variable is set, nor with KeepGOMAXPROCS.
+	LocalSize      int
+	KeepGOMAXPROCS bool
 	// Root is the address (host:port) of the rendezvous that rank 0 serves and every
 	// rank reports to: how the ranks learn each other's devices ($SOFTRNIC_ROOT).
 	Root string

@@ -1,6 +1,7 @@
 // Command rmsgrun starts a job of the softrnic messaging layer (package msg) on this host,
-// as mpirun does: N copies of a program, each told its rank and the job's size (PMI_RANK,
-// PMI_SIZE) and where rank 0 serves the rendezvous (SOFTRNIC_ROOT), with their output
+// as mpirun does: N copies of a program, each told its rank, the job's size and how many
+// ranks share the host (PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS as MPICH's launcher sets
+// them) and where rank 0 serves the rendezvous (SOFTRNIC_ROOT), with their output
 // prefixed by rank.
 //
 //	rmsgrun -np 4 ./prog args...
@@ -60,7 +61,7 @@ func run(np int, addr string, args []string, stdout, stderr io.Writer) int {
 	for r := 0; r < np; r++ {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), fmt.Sprintf("PMI_RANK=%d", r), fmt.Sprintf("PMI_SIZE=%d", np),
-			"SOFTRNIC_ROOT="+root, "SOFTRNIC_ADDR="+addr)
+			fmt.Sprintf("MPI_LOCALNRANKS=%d", np), "SOFTRNIC_ROOT="+root, "SOFTRNIC_ADDR="+addr)
 		// Each rank in a process group of its own, so that stopping it stops what it
 		// started too; its output prefixed by rank, line by line.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
