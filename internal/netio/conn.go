@@ -37,6 +37,12 @@ type Config struct {
 	// FaultFilter, if set, decides the fate of each outgoing datagram exactly (for
 	// deterministic tests). It runs before the random faults.
 	FaultFilter FilterFunc
+	// SegmentID, if set, is called for every IPv4 datagram that goes out as segment seg
+	// (1, 2, ...) of a GSO send, on a copy of its last 4 bytes (which then go out instead):
+	// the kernel gives segment seg the IPv4 identification base+seg (base 0: unconnected
+	// socket, DF set), and a RoCEv2 datagram's ICRC covers it. length is the datagram's
+	// UDP payload length.
+	SegmentID func(last4 []byte, length int, seg uint16)
 }
 
 // Conn is a UDP socket bound to one address, used by one softrnic device.
@@ -55,6 +61,7 @@ type Conn struct {
 	closed atomic.Bool
 
 	faults *injector
+	segID  func(last4 []byte, length int, seg uint16)
 
 	// Counters.
 	SendCalls    atomic.Uint64 // sendmmsg system calls
@@ -87,7 +94,7 @@ func Listen(cfg Config) (*Conn, error) {
 		uc.Close()
 		return nil, err
 	}
-	c := &Conn{uc: uc, rc: rc, v6: ip.Is6()}
+	c := &Conn{uc: uc, rc: rc, v6: ip.Is6(), segID: cfg.SegmentID}
 	c.local = uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	bufsz := cfg.SocketBuffer
@@ -190,11 +197,12 @@ type Addr struct {
 	AP    netip.AddrPort
 	raw   unix.RawSockaddrInet6 // large enough for both families
 	rawLn uint32
+	v4    bool // the datagram goes out as IPv4 (also from an IPv6 socket to a mapped address)
 }
 
 // MakeAddr prepares ap as a destination for this Conn's address family.
 func (c *Conn) MakeAddr(ap netip.AddrPort) (Addr, error) {
-	a := Addr{AP: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
+	a := Addr{AP: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), v4: ap.Addr().Unmap().Is4()}
 	ip := a.AP.Addr()
 	port := ap.Port()
 	if !c.v6 {

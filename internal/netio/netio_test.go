@@ -172,3 +172,71 @@ func bitsDiff(a, b byte) int {
 	}
 	return n
 }
+
+// TestSegmentID checks Config.SegmentID: in a GSO send, datagram k of a run of equal-sized
+// datagrams goes out with its trailer adjusted for segment k (the first of each run is
+// segment 0, untouched), from a copy: the batch's memory keeps the original, and a
+// duplicate (which shares it) is adjusted for its own place.
+func TestSegmentID(t *testing.T) {
+	mark := func(last4 []byte, length int, seg uint16) {
+		last4[0] ^= byte(seg)
+		last4[1] ^= byte(length >> 8)
+	}
+	dup := func(p []byte) Verdict {
+		if p[0] == 2 {
+			return Verdict{Action: Duplicate}
+		}
+		return Verdict{Action: Deliver}
+	}
+	for _, withDup := range []bool{false, true} {
+		cfg := Config{SegmentID: mark}
+		if withDup {
+			cfg.FaultFilter = dup
+		}
+		a, b := pair(t, cfg)
+		if !a.GSO() {
+			t.Skip("no UDP GSO here")
+		}
+		dst, _ := a.MakeAddr(b.LocalAddr())
+		sb := NewSendBatch(16, 64, 4096)
+		var trailers [][]byte
+		for i := 0; i < 6; i++ {
+			h := sb.Alloc(100)
+			for j := range h {
+				h[j] = byte(i)
+			}
+			tr := sb.Alloc(6) // 2 bytes of pad, 4 of ICRC
+			copy(tr, []byte{0, 0, 0xA0, 0xB0, 0xC0, 0xD0})
+			trailers = append(trailers, tr)
+			sb.Begin(&dst)
+			sb.Add(h)
+			sb.Add(tr)
+			sb.End()
+		}
+		if err := a.Send(sb); err != nil {
+			t.Fatal(err)
+		}
+		n := 6
+		if withDup {
+			n = 7
+		}
+		got := recvAll(t, b, n)
+		if len(got) != n {
+			t.Fatalf("dup %v: %d datagrams, want %d", withDup, len(got), n)
+		}
+		for k, g := range got {
+			want := []byte{0xA0 ^ byte(k), 0xB0 ^ byte(106>>8), 0xC0, 0xD0}
+			if k == 0 {
+				want = []byte{0xA0, 0xB0, 0xC0, 0xD0}
+			}
+			if tail := g[len(g)-4:]; !bytes.Equal(tail, want) {
+				t.Errorf("dup %v: datagram %d (%x) ends %x, want %x", withDup, k, g[0], tail, want)
+			}
+		}
+		for i, tr := range trailers {
+			if !bytes.Equal(tr[2:], []byte{0xA0, 0xB0, 0xC0, 0xD0}) {
+				t.Errorf("dup %v: the batch's trailer %d was changed: %x", withDup, i, tr)
+			}
+		}
+	}
+}

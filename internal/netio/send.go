@@ -24,6 +24,7 @@ type SendBatch struct {
 	used  int
 	msgs  []mmsghdr
 	cmsg  []byte
+	segs  []byte // the adjusted last iovecs of GSO segments (Config.SegmentID), 8 bytes per datagram
 	open  bool
 	cur   outPkt
 }
@@ -43,6 +44,7 @@ func NewSendBatch(maxPkts, maxIovs, arenaBytes int) *SendBatch {
 		arena: make([]byte, arenaBytes),
 		msgs:  make([]mmsghdr, maxPkts),
 		cmsg:  make([]byte, maxPkts*cmsgSlot),
+		segs:  make([]byte, 8*maxPkts),
 	}
 }
 
@@ -149,6 +151,9 @@ func (c *Conn) send(b *SendBatch) error {
 				j++
 			}
 		}
+		if j-i > 1 && c.segID != nil && p.dst.v4 {
+			b.segmentIDs(c.segID, i, j)
+		}
 		h := &b.msgs[nm].hdr
 		h.Name = (*byte)(unsafe.Pointer(&p.dst.raw))
 		h.Namelen = p.dst.rawLn
@@ -175,6 +180,26 @@ func (c *Conn) send(b *SendBatch) error {
 	err := c.sendMsgs(b.msgs[:nm])
 	runtime.KeepAlive(b)
 	return err
+}
+
+// segmentIDs lets fix adjust datagrams i+1..j-1, which go out as segments 1.. of one GSO
+// send. Each one's last iovec (the trailer: pad and ICRC, at most 8 bytes) is copied to the
+// batch's own room, adjusted there and sent from there: the datagram's memory is left as it
+// was, so that a duplicate the fault injector made of it (sharing it) is adjusted for its
+// own place.
+func (b *SendBatch) segmentIDs(fix func([]byte, int, uint16), i, j int) {
+	for k := i + 1; k < j; k++ {
+		q := &b.pkts[k]
+		v := &b.iovs[q.iov1-1]
+		n := int(v.Len)
+		if n < 4 || n > 8 {
+			continue // not a trailer as softrnic builds them
+		}
+		last := b.segs[8*k : 8*k+n]
+		copy(last, unsafe.Slice(v.Base, n))
+		fix(last[n-4:], q.length, uint16(k-i))
+		v.Base = &last[0]
+	}
 }
 
 // sendMsgs sends msgs with sendmmsg, waiting for buffer space on EAGAIN and skipping a

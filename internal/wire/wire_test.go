@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"strings"
@@ -185,5 +186,88 @@ func TestPSN(t *testing.T) {
 	}
 	if MTUBytes(MTU4096) != 4096 || MTUBytes(MTU256) != 256 || MTUBytes(0) != 0 || MTUBytes(6) != 0 {
 		t.Fatal("mtu")
+	}
+}
+
+// TestICRCAnyIdentification checks that a receiver recovers the IPv4 identification of
+// every vector (scapy.contrib.roce computed their ICRCs with identifications softrnic did
+// not choose) from the ICRC, and that SegmentICRC gives what the ICRC computed with the
+// identification gives.
+func TestICRCAnyIdentification(t *testing.T) {
+	nonzero := 0
+	for _, v := range loadVectors(t) {
+		pkt, _ := hex.DecodeString(v.BTHToEnd)
+		want, _ := hex.DecodeString(v.ICRCWire)
+		full := append(append([]byte{}, pkt...), want...)
+		f := Flow{Src: netip.MustParseAddr(v.IPSrc), Dst: netip.MustParseAddr(v.IPDst),
+			SrcPort: v.UDPSport, DstPort: v.UDPDport, DF: v.IPFlagsDF, IPID: 12345} // IPID is ignored
+		id, ok := f.VerifyICRCAnyID(full)
+		if !ok || id != v.IPID {
+			t.Errorf("%s: VerifyICRCAnyID = %d, %v; the packet's identification is %d", v.Name, id, ok, v.IPID)
+		}
+		if v.IPID != 0 {
+			nonzero++
+		}
+		// From identification 0 to the vector's, as a GSO segment's trailer is made.
+		f.IPID = 0
+		var tr [4]byte
+		PutICRC(tr[:], f.ICRC(pkt))
+		SegmentICRC(tr[:], len(full), v.IPID)
+		if !bytes.Equal(tr[:], want) {
+			t.Errorf("%s: SegmentICRC to identification %d: %x, want %x", v.Name, v.IPID, tr, want)
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("no vector with a nonzero identification")
+	}
+}
+
+// TestICRCAnyIdentificationCorruption flips bits of packets with random identifications:
+// with 16 bits left for checking, about one corruption in 65,536 may pass.
+func TestICRCAnyIdentificationCorruption(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	f := Flow{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true}
+	passed, trials := 0, 0
+	for i := 0; i < 200; i++ {
+		pkt := make([]byte, BTHLen+16+rng.IntN(4096)+ICRCLen)
+		for j := range pkt {
+			pkt[j] = byte(rng.Uint32())
+		}
+		f.IPID = uint16(rng.Uint32())
+		n := len(pkt) - ICRCLen
+		PutICRC(pkt[n:], f.ICRC(pkt[:n]))
+		if id, ok := f.VerifyICRCAnyID(pkt); !ok || id != f.IPID {
+			t.Fatalf("packet %d (%d bytes, identification %d): %d, %v", i, len(pkt), f.IPID, id, ok)
+		}
+		for k := 0; k < 50; k++ {
+			c := append([]byte(nil), pkt...)
+			b := rng.IntN(len(c) * 8)
+			if b/8 == 4 { // the masked BTH byte
+				continue
+			}
+			c[b/8] ^= 1 << (b % 8)
+			trials++
+			if _, ok := f.VerifyICRCAnyID(c); ok {
+				passed++
+			}
+		}
+	}
+	if passed > 2 {
+		t.Errorf("%d of %d corrupted packets passed", passed, trials)
+	}
+	t.Logf("%d of %d corrupted packets passed", passed, trials)
+}
+
+func BenchmarkVerifyICRCAnyID(b *testing.B) {
+	f := Flow{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true, IPID: 4242}
+	pkt := make([]byte, BTHLen+4096+ICRCLen)
+	n := len(pkt) - ICRCLen
+	PutICRC(pkt[n:], f.ICRC(pkt[:n]))
+	idTables()
+	b.SetBytes(int64(len(pkt)))
+	for b.Loop() {
+		if _, ok := f.VerifyICRCAnyID(pkt); !ok {
+			b.Fatal("rejected")
+		}
 	}
 }

@@ -1,0 +1,167 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math/bits"
+	"sync"
+)
+
+// The ICRC and the IPv4 Identification.
+//
+// RoCEv2's ICRC covers the IPv4 header's Identification field, which a UDP socket neither
+// sets nor shows. On send, Linux gives a datagram from an unconnected socket with DF set the
+// identification 0, and the segments of a GSO send base+i (base 0): segment i of a batch
+// must carry the ICRC computed with identification i (SegmentICRC). On receive, a standard
+// peer (Linux rxe) fills the field with any value, and the socket does not say which.
+//
+// CRC-32 is affine over GF(2): for two packets of the same length that differ only in the
+// identification, the ICRCs differ by Z^L(c(id1 xor id2)), where c(v) is the raw CRC
+// register after the two identification bytes v (from a zero register) and Z^L advances a
+// register over the L bytes that follow them. So the receiver computes the ICRC with
+// identification 0 and, if it differs from the packet's, solves for the identification:
+// c = Z^-L(difference), and c must be c(v) for some 16-bit v. c is an injective linear map
+// of v (v(x)·x^32 mod P, and P has degree 32), so there is at most one v; a difference that
+// is no c(v) is an ICRC error. What is verified: 32 ICRC bits of which 16 pin down the
+// identification, leaving 16 bits of check against corruption (a random corruption passes
+// with probability 2^-16, against 2^-32 for a packet whose identification is known; the
+// UDP checksum, which the kernel verifies, covers the same bytes).
+
+// idOffset is where the identification sits in the ICRC's input: 8 bytes of ones, then
+// the IPv4 header, whose bytes 4-5 it is.
+const idOffset = 8 + 4
+
+// gf2 is a linear map on 32-bit vectors, as the images of the 32 unit vectors.
+type gf2 [32]uint32
+
+func (m *gf2) apply(v uint32) uint32 {
+	var r uint32
+	for v != 0 {
+		i := bits.TrailingZeros32(v)
+		r ^= m[i]
+		v &= v - 1
+	}
+	return r
+}
+
+func (m *gf2) square() gf2 {
+	var r gf2
+	for i := range r {
+		r[i] = m.apply(m[i])
+	}
+	return r
+}
+
+// idMath holds what the identification arithmetic needs, built once: Z^(2^k) and
+// Z^-(2^k) for k < 32, and c(v) for every 16-bit v, inverted.
+type idMath struct {
+	zPow, zInvPow [32]gf2
+	cOf           [65536]uint32
+	vOf           map[uint32]uint16
+}
+
+var (
+	idOnce sync.Once
+	ids    *idMath
+)
+
+func idTables() *idMath {
+	idOnce.Do(func() {
+		m := &idMath{vOf: make(map[uint32]uint16, 65536)}
+		t := crc32.IEEETable
+		var z, zi gf2
+		for i := 0; i < 32; i++ {
+			r := uint32(1) << i
+			z[i] = t[byte(r)] ^ r>>8 // one zero byte
+			// Its inverse: the top byte of T[x] identifies x (a property of CRC tables).
+			zi[i] = invZeroByte(r)
+		}
+		m.zPow[0], m.zInvPow[0] = z, zi
+		for k := 1; k < 32; k++ {
+			m.zPow[k], m.zInvPow[k] = m.zPow[k-1].square(), m.zInvPow[k-1].square()
+		}
+		for v := 0; v < 65536; v++ {
+			r := t[byte(v>>8)]
+			r = t[byte(r)^byte(v)] ^ r>>8
+			m.cOf[v] = r
+			m.vOf[r] = uint16(v)
+		}
+		ids = m
+	})
+	return ids
+}
+
+// topByteIndex maps the top byte of T[x] back to x.
+var topByteIndex = func() (idx [256]byte) {
+	for x := 0; x < 256; x++ {
+		idx[crc32.IEEETable[x]>>24] = byte(x)
+	}
+	return
+}()
+
+// invZeroByte undoes one zero byte's step r' = T[byte(r)] ^ r>>8.
+func invZeroByte(r uint32) uint32 {
+	x := topByteIndex[r>>24]
+	return (r^crc32.IEEETable[x])<<8 | uint32(x)
+}
+
+// advance applies Z^n (or Z^-n with inv) to register v.
+func (m *idMath) advance(v uint32, n int, inv bool) uint32 {
+	pow := &m.zPow
+	if inv {
+		pow = &m.zInvPow
+	}
+	for k := 0; n != 0; k++ {
+		if n&1 != 0 {
+			v = pow[k].apply(v)
+		}
+		n >>= 1
+	}
+	return v
+}
+
+// icrcInputLen is the length of the ICRC's input for an IPv4 packet whose transport part
+// (BTH to ICRC inclusive) is tlen bytes: 8 bytes of ones, IPv4, UDP, and the transport
+// part without the ICRC.
+func icrcInputLen(tlen int) int { return 8 + 20 + 8 + tlen - ICRCLen }
+
+// idDelta is how the ICRC of an IPv4 packet with transport length tlen changes when its
+// identification changes by v (xor).
+func idDelta(v uint16, tlen int) uint32 {
+	if v == 0 {
+		return 0
+	}
+	m := idTables()
+	return m.advance(m.cOf[v], icrcInputLen(tlen)-idOffset-2, false)
+}
+
+// SegmentICRC turns the ICRC of an IPv4 packet computed with identification 0 (its wire
+// bytes, icrc) into the one for identification id (GSO segment id of a send), in place;
+// tlen is the packet's transport length, BTH to ICRC inclusive (its UDP payload).
+func SegmentICRC(icrc []byte, tlen int, id uint16) {
+	v := binary.LittleEndian.Uint32(icrc) ^ idDelta(id, tlen)
+	binary.LittleEndian.PutUint32(icrc, v)
+}
+
+// VerifyICRCAnyID checks the ICRC at the end of pkt (BTH to end, including the ICRC)
+// whatever the packet's IPv4 identification was, and returns that identification. For
+// IPv6 (which has none) it is VerifyICRC. The Flow's own IPID is not used.
+func (f *Flow) VerifyICRCAnyID(pkt []byte) (id uint16, ok bool) {
+	if len(pkt) < BTHLen+ICRCLen {
+		return 0, false
+	}
+	n := len(pkt) - ICRCLen
+	g := *f
+	g.IPID = 0
+	diff := g.ICRC(pkt[:n]) ^ binary.LittleEndian.Uint32(pkt[n:])
+	if diff == 0 {
+		return 0, true
+	}
+	if !f.v4() {
+		return 0, false
+	}
+	m := idTables()
+	c := m.advance(diff, icrcInputLen(len(pkt))-idOffset-2, true)
+	v, found := m.vOf[c]
+	return v, found
+}
