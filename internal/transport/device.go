@@ -187,6 +187,7 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.LossProbe == 0 {
 		cfg.LossProbe = DefaultLossProbe
 	}
+	wire.PrepareIdentification()
 	conn, err := netio.Listen(netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
 		DisableGRO: cfg.DisableGRO, Faults: cfg.Faults, FaultFilter: cfg.FaultFilter,
