@@ -21,6 +21,8 @@ const (
 type respResource struct {
 	kind     uint8
 	queued   bool     // on the pump list
+	replay   bool     // being sent again for a duplicate request
+	msn      uint32   // the MSN once this request was executed (its responses carry it)
 	held     bool     // weak mode: prepared, waiting for the doorbell (the hole before it to close)
 	fetchAdd bool     // weak mode, held atomic: FetchAdd (else CmpSwap)
 	firstPSN wire.PSN // PSN range the request uses
@@ -363,9 +365,10 @@ func (rs *responder) revoked(psn wire.PSN, why string) {
 // before it).
 func (rs *responder) addResource(r respResource, npkts uint32) {
 	i := rs.allocResource()
+	rs.msn = (rs.msn + 1) & wire.PSNMask
+	r.msn = rs.msn
 	rs.res[i] = r
 	rs.epsn = r.firstPSN.Add(npkts)
-	rs.msn = (rs.msn + 1) & wire.PSNMask
 	rs.ackPending = false
 	rs.queueResource(i)
 }
@@ -484,7 +487,7 @@ func (rs *responder) duplicate(p *wire.Packet) {
 			if kind == resAtomic && psn != r.firstPSN {
 				continue
 			}
-			r.start, r.next, r.stop = psn, psn, r.lastPSN
+			r.start, r.next, r.stop, r.replay = psn, psn, r.lastPSN, true
 			rs.queueResource(i)
 			return
 		}
@@ -561,7 +564,14 @@ func (rs *responder) emitResponse(b *netio.SendBatch, r *respResource) {
 	psn := r.next
 	r.next = psn.Add(1)
 	bth := wire.BTH{PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
-	aeth := wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits, MSN: rs.msn}
+	// The MSN as Linux rxe computes it: a READ's or atomic's own, counting it, even when
+	// later requests of the same receive batch were executed before its responses leave; a
+	// READ replayed for a duplicate request carries the current one (an atomic's replay
+	// is the response it had).
+	aeth := wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits, MSN: r.msn}
+	if r.kind == resRead && r.replay {
+		aeth.MSN = rs.msn
+	}
 	if r.kind == resAtomic {
 		bth.Opcode = wire.OpAtomicAcknowledge
 		hdr := b.Alloc(wire.BTHLen + wire.AETHLen + wire.AtomicAckETHLen)

@@ -35,6 +35,7 @@ func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
 
 // emitTo completes a packet to addr, whose flow the ICRC covers, and appends it to b.
 func (q *QP) emitTo(b *netio.SendBatch, addr *netio.Addr, flow *wire.Flow, hdr []byte, pay [][]byte, payLen int) {
+	wire.SetMigReq(hdr)
 	pad := wire.PadFor(payLen)
 	trailer := b.Alloc(pad + wire.ICRCLen)
 	clear(trailer[:pad])

@@ -352,8 +352,8 @@ func (q *QP) weakDeliver(it holes.Item) {
 		rs.msn = (rs.msn + 1) & wire.PSNMask
 		q.recvCQ.push(&e)
 	case kindReadReq:
-		rs.res[it.Ref].held = false
 		rs.msn = (rs.msn + 1) & wire.PSNMask
+		rs.res[it.Ref].held, rs.res[it.Ref].msn = false, rs.msn
 		q.resp.queueResource(int(it.Ref))
 	case kindAtomic:
 		r := &rs.res[it.Ref]
@@ -368,8 +368,8 @@ func (q *QP) weakDeliver(it holes.Item) {
 			return
 		}
 		orig := q.dev.executeAtomic(r.mem, r.fetchAdd, r.swapAdd, r.compare)
-		r.orig, r.held, r.mem, r.reg = orig, false, nil, nil
 		rs.msn = (rs.msn + 1) & wire.PSNMask
+		r.orig, r.held, r.mem, r.reg, r.msn = orig, false, nil, nil, rs.msn
 		q.resp.queueResource(int(it.Ref))
 	}
 }

@@ -12,7 +12,7 @@ const DefaultPKey = 0xFFFF
 type BTH struct {
 	Opcode  Opcode
 	SE      bool  // solicited event
-	MigReq  bool  // path migration state
+	MigReq  bool  // path migration state: set (Migrated) on every packet softrnic sends; see SetMigReq
 	PadCnt  uint8 // 0..3 pad bytes after the payload
 	TVer    uint8 // transport header version, 0
 	PKey    uint16
@@ -265,3 +265,9 @@ func (p *Packet) Decode(b []byte) error {
 
 // PadFor returns the number of pad bytes needed after a payload of n bytes.
 func PadFor(n int) int { return (4 - n&3) & 3 }
+
+// SetMigReq sets the MigReq bit of the BTH at the start of hdr. A QP starts in the
+// Migrated state of IBTA's automatic path migration (APM) and, without APM, stays there;
+// packets sent in that state carry MigReq 1 (a 0 is what moves a re-armed peer to Armed).
+// softrnic has no APM, so every packet carries 1. Received packets may carry either.
+func SetMigReq(hdr []byte) { hdr[1] |= 0x40 }
