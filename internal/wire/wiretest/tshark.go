@@ -11,18 +11,9 @@ import (
 )
 
 // Tshark writes frames (see Frame) to a pcap file and returns a function that runs
-// Wireshark's tshark over it with args and returns its output. UDP port 4791 is decoded
-// as RoCEv2 (InfiniBand), and so are the ports in decodeAs (devices on ephemeral ports).
-// Without tshark the test is skipped, or fails when CI is set (.ci/run installs it).
+// Wireshark's tshark over it with args and returns its output (see TsharkFile).
 func Tshark(t testing.TB, frames [][]byte, decodeAs ...uint16) func(args ...string) string {
 	t.Helper()
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tshark is not installed (.ci/run installs it)")
-		}
-		t.Skip("tshark is not installed (apt-get install tshark)")
-	}
 	var pcap bytes.Buffer
 	if err := WritePCAP(&pcap, frames); err != nil {
 		t.Fatal(err)
@@ -30,6 +21,22 @@ func Tshark(t testing.TB, frames [][]byte, decodeAs ...uint16) func(args ...stri
 	file := filepath.Join(t.TempDir(), "capture.pcap")
 	if err := os.WriteFile(file, pcap.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	return TsharkFile(t, file, decodeAs...)
+}
+
+// TsharkFile returns a function that runs Wireshark's tshark over the capture in file with
+// args and returns its output. UDP port 4791 is decoded as RoCEv2 (InfiniBand), and so
+// are the ports in decodeAs (devices on ephemeral ports). Without tshark the test is
+// skipped, or fails when CI is set (.ci/run installs it).
+func TsharkFile(t testing.TB, file string, decodeAs ...uint16) func(args ...string) string {
+	t.Helper()
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tshark is not installed (.ci/run installs it)")
+		}
+		t.Skip("tshark is not installed (apt-get install tshark)")
 	}
 	base := []string{"-n", "-r", file}
 	for _, p := range decodeAs {
