@@ -39,7 +39,8 @@ type Config struct {
 	// still go in that phase (default 1: whatever fits).
 	Threshold float64
 	// AckTimeout is how long a sender waits for a complete enlargement acknowledgement
-	// before asking for it again (default 100 ms).
+	// before asking for it again (default 100 ms); each further request waits twice as
+	// long, and at most three are made (one per spare slot of the acknowledgement area).
 	AckTimeout time.Duration
 	// Ordering offers weakly-ordered mode on every connection (used if the peer offers it).
 	Ordering verbs.Ordering

@@ -104,6 +104,7 @@ type peer struct {
 	target      int  // the phase asked for
 	ackNonce    uint32
 	ackSince    time.Time
+	ackAsks     int  // times the acknowledgement was asked for again in this enlargement
 	ackNotified bool // an acknowledgement was written since the area was last read
 	ack         ack  // the complete acknowledgement
 	ackBusy     bool // receiver: our acknowledgement WRITE is in flight
@@ -215,8 +216,12 @@ func (p *peer) hello() []byte {
 	return h.put()
 }
 
+// connectOptions are the connections' attributes. The local ACK timeout is 268 ms (16)
+// rather than the usual 67 ms: with seven retries a connection survives its peer's
+// process not running for two seconds, as happens to jobs of many ranks on a machine
+// busy with other work (a lost packet that no later one reveals costs that timeout).
 func (c *Comm) connectOptions() verbs.ConnectOptions {
-	return verbs.ConnectOptions{MTU: verbs.MTU4096, Ordering: c.cfg.Ordering}
+	return verbs.ConnectOptions{MTU: verbs.MTU4096, Ordering: c.cfg.Ordering, Timeout: 16}
 }
 
 // connect dials the peer unless a connection is made or being made.
@@ -498,8 +503,8 @@ func (p *peer) transfer() (sent int) {
 				c.nonce++
 			}
 			p.ackNonce = c.nonce
-			p.writeSlot(&outMsg{kind: kindEnlarge})                        // through the small slots
-			p.ctlSent, p.ackSince, p.ackNotified = true, time.Now(), false // record that it was sent
+			p.writeSlot(&outMsg{kind: kindEnlarge})                                      // through the small slots
+			p.ctlSent, p.ackSince, p.ackNotified, p.ackAsks = true, time.Now(), false, 0 // record that it was sent
 			c.stats.Enlargements++
 		}
 		c.stats.ZeroByteReports++ // and report 0 bytes to the upper level
@@ -530,7 +535,7 @@ func (p *peer) pollAck() bool {
 		// notification's completion: until then a remote WRITE may be changing it (in
 		// weakly-ordered mode its bytes land in any order), which Go's memory model
 		// calls a race; the completion orders the WRITE before the read.
-		if time.Since(p.ackSince) >= c.cfg.AckTimeout && p.sqUsed < sqDepth {
+		if p.ackOverdue() {
 			p.askAck()
 		}
 		return false
@@ -548,10 +553,18 @@ func (p *peer) pollAck() bool {
 	if st == ackPartial {
 		c.stats.AckPartialSeen++
 	}
-	if time.Since(p.ackSince) >= c.cfg.AckTimeout && p.sqUsed < sqDepth {
+	if p.ackOverdue() {
 		p.askAck()
 	}
 	return false
+}
+
+// ackOverdue reports whether to ask for the acknowledgement again: AckTimeout after the
+// request, twice that after the first resend, and so on, and only while a slot of the
+// area not asked for in this enlargement is left (a slot is read after its own
+// notification; a write asked for earlier may still land in a slot used before).
+func (p *peer) ackOverdue() bool {
+	return p.ackAsks < ackSlots-1 && p.sqUsed < sqDepth && time.Since(p.ackSince) >= p.c.cfg.AckTimeout<<p.ackAsks
 }
 
 // askAck asks the peer to write its acknowledgement again.
@@ -560,6 +573,7 @@ func (p *peer) askAck() {
 	p.ackNotified = false
 	p.postImm(wrNotify, imm(immAckResend, p.gen, 0, p.ackSlot))
 	p.ackSince = time.Now()
+	p.ackAsks++
 	p.c.stats.AckResends++
 }
 

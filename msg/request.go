@@ -97,9 +97,10 @@ func (r *Request) complete(err error) {
 		return
 	}
 	r.err = err
-	r.done.Store(true)
-	if r.sig != nil {
-		close(r.sig)
+	sig := r.sig
+	r.done.Store(true) // from here on the request may be released and reused: no more access
+	if sig != nil {
+		close(sig)
 	}
 }
 

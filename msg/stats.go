@@ -64,13 +64,21 @@ func (c *Comm) Memory() Memory {
 func (c *Comm) debugState() string {
 	s := ""
 	c.call(func() {
-		s = fmt.Sprintf("rank %d: %d posted, %d unexpected, %d active; cm %+v\n", c.rank, len(c.posted), len(c.unexpected), len(c.active), cm.Counters(c.dev))
+		dc := c.dev.Counters()
+		s = fmt.Sprintf("device %v: unknown QP %d, ICRC %d, malformed %d\n", c.dev.Addr(), dc.UnknownQP, dc.ICRCErrors, dc.Malformed)
+		s += fmt.Sprintf("rank %d: %d posted, %d unexpected, %d active; cm %+v\n", c.rank, len(c.posted), len(c.unexpected), len(c.active), cm.Counters(c.dev))
 		for _, p := range c.peers {
 			if p == nil || p.qp == nil {
 				continue
 			}
-			s += fmt.Sprintf("  peer %d: state %d credits %d sendQ %d ctlSent %v owed %d sqUsed %d stageFree %d phase %d/%d recvSeq %d sendSeq %d err %v\n",
-				p.rank, p.state, p.credits, len(p.sendQ), p.ctlSent, p.owed, p.sqUsed, len(p.stageFree), p.phase, p.rPhase, p.recvSeq, p.sendSeq, p.err)
+			a, _ := p.qp.QueryQP()
+			dial := uint32(0)
+			if p.dialQP != nil {
+				dial = p.dialQP.QPNum()
+			}
+			s += fmt.Sprintf("  peer %d: state %d qp %#x (%v, to %#x) dialQP %#x credits %d sendQ %d ctlSent %v owed %d sqUsed %d stageFree %d phase %d/%d recvSeq %d sendSeq %d err %v\n",
+				p.rank, p.state, p.qp.QPNum(), a.QPState, a.DestQPNum, dial, p.credits, len(p.sendQ), p.ctlSent, p.owed, p.sqUsed, len(p.stageFree), p.phase, p.rPhase, p.recvSeq, p.sendSeq, p.err)
+			s += fmt.Sprintf("    to port %d (src %d); transport %+v\n", a.AHAttr.DestPort, a.AHAttr.SrcPort, p.qp.Counters())
 		}
 	})
 	return s

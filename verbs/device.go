@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/pcap"
 	"github.com/softrnic/softrnic/internal/transport"
 	"github.com/softrnic/softrnic/internal/wire"
 )
@@ -26,6 +28,14 @@ const AnyPort = -1
 // FaultsEnv is the environment variable OpenDevice reads fault injection from when
 // DeviceConfig.Faults is nil, e.g. "loss=0.01,reorder=0.02,dup=0.005,corrupt=0.001,seed=7".
 const FaultsEnv = "SOFTRNIC_FAULTS"
+
+// PcapEnv names the environment variable that makes every device opened without a
+// DeviceConfig.PcapFile capture its packets: its value is a directory, where each device
+// writes softrnic-ADDR-PID-N.pcap (N counts the devices the process opened).
+const PcapEnv = "SOFTRNIC_PCAP"
+
+// DefaultPcapLimit is the size a packet capture stops growing at.
+const DefaultPcapLimit = 256 << 20
 
 // Faults are probabilities applied independently to every datagram a device sends.
 // Corrupted datagrams have one bit flipped; the receiver's ICRC check drops them.
@@ -78,6 +88,15 @@ type DeviceConfig struct {
 	// never). Polling costs CPU while traffic flows and saves the several microseconds a
 	// sleeping goroutine (and idle CPU) takes to wake for each packet.
 	BusyPoll time.Duration
+	// PcapFile, if set, is created and receives every packet the device sends and
+	// receives, in pcap format, as a link would carry it (what ibdump or tcpdump on an rxe
+	// interface show: one RoCE packet per IP datagram, its real IPv4/UDP header, GSO
+	// batches cut into their segments with the identifications they get), for tshark or
+	// any ICRC checker; see also PcapEnv. Off by default; nothing is done per packet when
+	// off. PcapLimit bounds the file (default DefaultPcapLimit): packets past it are not
+	// written.
+	PcapFile  string
+	PcapLimit int64
 
 	filter netio.FilterFunc // exact per-packet faults, for this package's tests
 }
@@ -140,6 +159,7 @@ type DeviceAttr struct {
 // Context is an open software RDMA device (ibv_context).
 type Context struct {
 	dev  *transport.Device
+	pcap *pcap.Writer // the packet capture, if any
 	attr DeviceAttr
 	gid  GID
 
@@ -207,7 +227,14 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	if err := c.setupHandlers(hcfg); err != nil {
 		return nil, err
 	}
+	tap, err := openPcap(cfg, addr)
+	if err != nil {
+		c.stopHandlers()
+		return nil, fmt.Errorf("verbs: open device: %w", err)
+	}
+	c.pcap = tap
 	d, err := transport.Open(transport.Config{
+		Tap:              tap,
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
 		Faults:           faults,
 		FaultFilter:      cfg.filter,
@@ -223,6 +250,10 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		LossProbe:        cfg.LossProbe,
 	})
 	if err != nil {
+		c.stopHandlers()
+		if tap != nil {
+			tap.Close()
+		}
 		return nil, fmt.Errorf("verbs: open device: %w", err)
 	}
 	c.dev = d
@@ -279,7 +310,41 @@ func (c *Context) Close() error {
 	c.events.close()
 	err := c.dev.Close()
 	c.stopHandlers()
+	if c.pcap != nil {
+		if perr := c.pcap.Close(); err == nil {
+			err = perr
+		}
+	}
 	return err
+}
+
+// pcapSeq numbers the captures PcapEnv makes in this process.
+var pcapSeq atomic.Int64
+
+// openPcap creates the device's packet capture, if it has one.
+func openPcap(cfg DeviceConfig, addr netip.Addr) (*pcap.Writer, error) {
+	file := cfg.PcapFile
+	if file == "" {
+		dir := os.Getenv(PcapEnv)
+		if dir == "" {
+			return nil, nil
+		}
+		file = filepath.Join(dir, fmt.Sprintf("softrnic-%s-%d-%d.pcap", addr, os.Getpid(), pcapSeq.Add(1)))
+	}
+	limit := cfg.PcapLimit
+	if limit <= 0 {
+		limit = DefaultPcapLimit
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("packet capture: %w", err)
+	}
+	w, err := pcap.NewWriter(f, limit)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("packet capture %s: %w", file, err)
+	}
+	return w, nil
 }
 
 // QueryDevice returns the device's attributes.

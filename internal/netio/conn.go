@@ -43,6 +43,10 @@ type Config struct {
 	// socket, DF set), and a RoCEv2 datagram's ICRC covers it. length is the datagram's
 	// UDP payload length.
 	SegmentID func(last4 []byte, length int, seg uint16)
+	// Tap, if set, is given every datagram as it leaves, after the fault injector and
+	// GSO grouping: its destination, the IPv4 identification the kernel gives it (its
+	// segment index in a GSO send) and its bytes, in pieces valid during the call.
+	Tap func(dst netip.AddrPort, id uint16, pieces [][]byte)
 }
 
 // Conn is a UDP socket bound to one address, used by one softrnic device.
@@ -62,6 +66,7 @@ type Conn struct {
 
 	faults *injector
 	segID  func(last4 []byte, length int, seg uint16)
+	tap    func(dst netip.AddrPort, id uint16, pieces [][]byte)
 
 	// Counters.
 	SendCalls    atomic.Uint64 // sendmmsg system calls
@@ -94,7 +99,7 @@ func Listen(cfg Config) (*Conn, error) {
 		uc.Close()
 		return nil, err
 	}
-	c := &Conn{uc: uc, rc: rc, v6: ip.Is6(), segID: cfg.SegmentID}
+	c := &Conn{uc: uc, rc: rc, v6: ip.Is6(), segID: cfg.SegmentID, tap: cfg.Tap}
 	c.local = uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	bufsz := cfg.SocketBuffer

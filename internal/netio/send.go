@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"net/netip"
 	"runtime"
 	"unsafe"
 
@@ -18,15 +19,16 @@ const (
 // from the batch's own arena, payload straight from registered memory), and sends them with
 // as few system calls as possible. A SendBatch is used by one goroutine at a time.
 type SendBatch struct {
-	pkts  []outPkt
-	iovs  []unix.Iovec
-	arena []byte
-	used  int
-	msgs  []mmsghdr
-	cmsg  []byte
-	segs  []byte // the adjusted last iovecs of GSO segments (Config.SegmentID), 8 bytes per datagram
-	open  bool
-	cur   outPkt
+	pkts      []outPkt
+	iovs      []unix.Iovec
+	arena     []byte
+	used      int
+	msgs      []mmsghdr
+	cmsg      []byte
+	segs      []byte   // the adjusted last iovecs of GSO segments (Config.SegmentID), 8 bytes per datagram
+	tapPieces [][]byte // a datagram's pieces for Config.Tap
+	open      bool
+	cur       outPkt
 }
 
 type outPkt struct {
@@ -154,6 +156,9 @@ func (c *Conn) send(b *SendBatch) error {
 		if j-i > 1 && c.segID != nil && p.dst.v4 {
 			b.segmentIDs(c.segID, i, j)
 		}
+		if c.tap != nil {
+			b.tapped(c.tap, i, j)
+		}
 		h := &b.msgs[nm].hdr
 		h.Name = (*byte)(unsafe.Pointer(&p.dst.raw))
 		h.Namelen = p.dst.rawLn
@@ -200,6 +205,20 @@ func (b *SendBatch) segmentIDs(fix func([]byte, int, uint16), i, j int) {
 		fix(last[n-4:], q.length, uint16(k-i))
 		v.Base = &last[0]
 	}
+}
+
+// tapped hands datagrams i..j-1, which go out as one message (segments 0.. of a GSO send
+// if more than one), to tap.
+func (b *SendBatch) tapped(tap func(netip.AddrPort, uint16, [][]byte), i, j int) {
+	for k := i; k < j; k++ {
+		q := &b.pkts[k]
+		b.tapPieces = b.tapPieces[:0]
+		for _, v := range b.iovs[q.iov0:q.iov1] {
+			b.tapPieces = append(b.tapPieces, unsafe.Slice(v.Base, int(v.Len)))
+		}
+		tap(q.dst.AP, uint16(k-i), b.tapPieces)
+	}
+	clear(b.tapPieces)
 }
 
 // sendMsgs sends msgs with sendmmsg, waiting for buffer space on EAGAIN and skipping a

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"sync"
@@ -226,4 +227,54 @@ func fold(sum uint32) uint16 {
 		sum = sum&0xFFFF + sum>>16
 	}
 	return uint16(sum)
+}
+
+// Record is one packet of a capture: its time and its bytes (the IP datagram, for a
+// capture of link type RAW).
+type Record struct {
+	Time time.Time
+	Data []byte
+}
+
+// ReadAll reads every record of a pcap capture (microsecond or nanosecond timestamps,
+// either byte order) and returns them with the capture's link type.
+func ReadAll(r io.Reader) (recs []Record, linkType uint32, err error) {
+	var h [24]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, 0, fmt.Errorf("pcap: header: %w", err)
+	}
+	var bo binary.ByteOrder = binary.LittleEndian
+	nano := false
+	switch magic := binary.LittleEndian.Uint32(h[:]); magic {
+	case 0xa1b2c3d4:
+	case 0xa1b23c4d:
+		nano = true
+	case 0xd4c3b2a1:
+		bo = binary.BigEndian
+	case 0x4d3cb2a1:
+		bo, nano = binary.BigEndian, true
+	default:
+		return nil, 0, fmt.Errorf("pcap: not a pcap file (magic %#x)", magic)
+	}
+	linkType = bo.Uint32(h[20:])
+	for {
+		var rh [16]byte
+		if _, err := io.ReadFull(r, rh[:]); err == io.EOF {
+			return recs, linkType, nil
+		} else if err != nil {
+			return recs, linkType, fmt.Errorf("pcap: record %d: %w", len(recs), err)
+		}
+		sec, frac, n := bo.Uint32(rh[0:]), bo.Uint32(rh[4:]), bo.Uint32(rh[8:])
+		if n > snapLen {
+			return recs, linkType, fmt.Errorf("pcap: record %d of %d bytes", len(recs), n)
+		}
+		if !nano {
+			frac *= 1000
+		}
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return recs, linkType, fmt.Errorf("pcap: record %d: %w", len(recs), err)
+		}
+		recs = append(recs, Record{Time: time.Unix(int64(sec), int64(frac)), Data: data})
+	}
 }

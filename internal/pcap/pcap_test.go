@@ -82,3 +82,24 @@ func TestLimit(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// TestReadAll reads back what the Writer wrote.
+func TestReadAll(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := pcap.NewWriter(&buf, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &pcap.Datagram{Src: netip.MustParseAddrPort("127.0.0.1:1"), Dst: netip.MustParseAddrPort("127.0.0.2:2"), ID: 9}
+	ts := time.Unix(1700000000, 123456789)
+	w.WriteUDP(ts, d, []byte("hello"))
+	w.WriteUDP(ts, d, []byte("world!"))
+	w.Flush()
+	recs, lt, err := pcap.ReadAll(&buf)
+	if err != nil || lt != pcap.LinkTypeRaw || len(recs) != 2 {
+		t.Fatalf("%d records, link type %d, %v", len(recs), lt, err)
+	}
+	if !recs[0].Time.Equal(ts) || string(recs[1].Data[28:]) != "world!" || recs[0].Data[5] != 9 {
+		t.Fatalf("records %+v", recs)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/pcap"
 	"github.com/softrnic/softrnic/internal/ptab"
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
@@ -22,6 +23,9 @@ type Config struct {
 	// Faults and FaultFilter are applied to outgoing datagrams (see netio).
 	Faults      netio.Faults
 	FaultFilter netio.FilterFunc
+	// Tap, if set, receives every packet the device sends and receives, as a link would
+	// carry it (see tap.go).
+	Tap *pcap.Writer
 	// SocketBuffer, DisableGSO and DisableGRO tune the socket (see netio.Config).
 	SocketBuffer           int
 	DisableGSO, DisableGRO bool
@@ -63,6 +67,7 @@ type Device struct {
 	conn  *netio.Conn
 	local netip.AddrPort
 	v4    bool
+	tap   *tap // its writer is nil when the device has no tap
 	epoch time.Time
 
 	mrs *tpt.Table
@@ -188,19 +193,26 @@ func Open(cfg Config) (*Device, error) {
 		cfg.LossProbe = DefaultLossProbe
 	}
 	wire.PrepareIdentification()
-	conn, err := netio.Listen(netio.Config{
+	tp := &tap{w: cfg.Tap}
+	nc := netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
 		DisableGRO: cfg.DisableGRO, Faults: cfg.Faults, FaultFilter: cfg.FaultFilter,
 		SegmentID: wire.SegmentICRC, // segment i of a GSO send carries IPv4 identification i
-	})
+	}
+	if cfg.Tap != nil {
+		nc.Tap = tp.sent
+	}
+	conn, err := netio.Listen(nc)
 	if err != nil {
 		return nil, err
 	}
+	tp.local = conn.LocalAddr()
 	d := &Device{
 		cfg:   cfg,
 		conn:  conn,
 		local: conn.LocalAddr(),
 		v4:    conn.LocalAddr().Addr().Is4(),
+		tap:   tp,
 		epoch: time.Now(),
 		mrs:   tpt.New(cfg.MaxMR),
 		qpSet: make(map[*QP]struct{}),
@@ -416,6 +428,26 @@ func (d *Device) Progress() {
 	d.rxMu.Unlock()
 }
 
+// drainReceive processes what waits in the socket before timers act (the timer
+// goroutine, no lock held): a retransmission timeout must not fire for an ACK that has
+// arrived but that the receive goroutine, starved of CPU on a machine busy with other
+// work, has not read yet. Without this, on a loaded machine a QP could spend its retry
+// count on answers queued in its own socket, and end in ERR.
+func (d *Device) drainReceive() {
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
+	for i := 0; i < drainBatches && !d.closed.Load(); i++ {
+		n, err := d.conn.Poll(d.rxBatch)
+		if err != nil || n == 0 {
+			return
+		}
+		d.processBatch(n)
+	}
+}
+
+// drainBatches bounds drainReceive's work: a full socket is the receive goroutine's.
+const drainBatches = 8
+
 // ackDelay bounds how long an ACK is held back for piggybacking.
 const ackDelay = 100 * time.Microsecond
 
@@ -487,7 +519,11 @@ func (d *Device) input(pkt []byte, from netip.AddrPort) {
 	flow := wire.Flow{Src: from.Addr(), Dst: d.local.Addr(), SrcPort: from.Port(), DstPort: d.local.Port(), DF: d.v4}
 	// Any IPv4 identification: a standard peer's is not 0, and a UDP socket does not show
 	// it (see wire.VerifyICRCAnyID for what is then verified).
-	if _, ok := flow.VerifyICRCAnyID(pkt); !ok {
+	id, ok := flow.VerifyICRCAnyID(pkt)
+	if d.tap.w != nil {
+		d.tap.received(from, id, pkt)
+	}
+	if !ok {
 		d.rx.icrc++
 		return
 	}

@@ -107,6 +107,9 @@ func (t *timerQueue) run() {
 		}
 		due := t.due
 		t.mu.Unlock()
+		if len(due) > 0 {
+			t.d.drainReceive()
+		}
 		for i, q := range due {
 			q.onTimer()
 			due[i] = nil
