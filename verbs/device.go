@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -97,6 +96,9 @@ type DeviceConfig struct {
 	// written.
 	PcapFile  string
 	PcapLimit int64
+	// Capture, if set (and PcapFile is not), is a capture the device writes to; several
+	// devices may share one. The device does not close it.
+	Capture *PacketCapture
 
 	filter netio.FilterFunc // exact per-packet faults, for this package's tests
 }
@@ -159,7 +161,7 @@ type DeviceAttr struct {
 // Context is an open software RDMA device (ibv_context).
 type Context struct {
 	dev  *transport.Device
-	pcap *pcap.Writer // the packet capture, if any
+	pcap *pcap.Writer // the packet capture the device opened (PcapFile, PcapEnv), if any
 	attr DeviceAttr
 	gid  GID
 
@@ -233,6 +235,9 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		return nil, fmt.Errorf("verbs: open device: %w", err)
 	}
 	c.pcap = tap
+	if tap == nil && cfg.Capture != nil {
+		tap = cfg.Capture.w
+	}
 	d, err := transport.Open(transport.Config{
 		Tap:              tap,
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
@@ -251,8 +256,8 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	})
 	if err != nil {
 		c.stopHandlers()
-		if tap != nil {
-			tap.Close()
+		if c.pcap != nil {
+			c.pcap.Close()
 		}
 		return nil, fmt.Errorf("verbs: open device: %w", err)
 	}
@@ -316,35 +321,6 @@ func (c *Context) Close() error {
 		}
 	}
 	return err
-}
-
-// pcapSeq numbers the captures PcapEnv makes in this process.
-var pcapSeq atomic.Int64
-
-// openPcap creates the device's packet capture, if it has one.
-func openPcap(cfg DeviceConfig, addr netip.Addr) (*pcap.Writer, error) {
-	file := cfg.PcapFile
-	if file == "" {
-		dir := os.Getenv(PcapEnv)
-		if dir == "" {
-			return nil, nil
-		}
-		file = filepath.Join(dir, fmt.Sprintf("softrnic-%s-%d-%d.pcap", addr, os.Getpid(), pcapSeq.Add(1)))
-	}
-	limit := cfg.PcapLimit
-	if limit <= 0 {
-		limit = DefaultPcapLimit
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, fmt.Errorf("packet capture: %w", err)
-	}
-	w, err := pcap.NewWriter(f, limit)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("packet capture %s: %w", file, err)
-	}
-	return w, nil
 }
 
 // QueryDevice returns the device's attributes.

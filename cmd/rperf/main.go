@@ -75,6 +75,7 @@ flags:
 	var timeout uint
 	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	pcapFile := fs.String("pcap", "", "write every packet of the client's device to this pcap file, as its link carries it (tshark -r FILE; up to 256 MiB)")
 	ordering := fs.String("ordering", "ordered", "delivery mode to offer: ordered or weak (weak is used only if both sides offer it)")
 	fs.DurationVar(&o.cfg.BusyPoll, "busy-poll", 0, "how long each device's receive goroutine polls after traffic before sleeping (default 50us; negative: never)")
 
@@ -123,6 +124,25 @@ flags:
 			fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *pcapFile != "" {
+		f, err := os.Create(*pcapFile)
+		if err != nil {
+			fatal(err)
+		}
+		capture, err := verbs.NewPacketCapture(f, 0)
+		if err != nil {
+			fatal(err)
+		}
+		o.cfg.Capture = capture
+		defer func() {
+			if n := capture.Dropped(); n > 0 {
+				fmt.Fprintf(os.Stderr, "rperf: %s is full: %d packets not written\n", *pcapFile, n)
+			}
+			if err := capture.Close(); err != nil {
+				fatal(err)
+			}
+		}()
 	}
 	if err := run(&o, pos); err != nil {
 		pprof.StopCPUProfile()
@@ -182,6 +202,7 @@ func run(o *options, pos []string) error {
 		fmt.Fprintf(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process%s); `rperf -h` for more\n", via)
 		for _, c := range suite {
 			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll, c.Ordering, c.CM = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll, o.cfg.Ordering, o.cfg.CM
+			c.Capture = o.cfg.Capture
 			if o.cfg.Iters > 0 {
 				c.Iters = o.cfg.Iters
 			}

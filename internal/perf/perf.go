@@ -31,6 +31,8 @@ type Config struct {
 	Faults   *verbs.Faults `json:"-"`
 	Window   int           `json:"-"`
 	BusyPoll time.Duration `json:"-"`
+	// Capture, if set, receives every packet of the client's device (verbs.PacketCapture).
+	Capture *verbs.PacketCapture `json:"-"`
 	// Ordering is what this side offers; weak mode is used only if both sides offer it.
 	Ordering verbs.Ordering `json:"-"`
 	// CM connects the QPs through the connection manager (package cm) instead of the

@@ -129,14 +129,14 @@ func TestLoopbackCM(t *testing.T) {
 func TestCMConnections(t *testing.T) {
 	c := Config{Test: "send_bw", QPs: 4, Size: 4096, Iters: 10, CM: true, Ordering: verbs.OrderingWeak}
 	c.Defaults()
-	cs, err := newSide(&c, nil, DefaultAddrs[0], verbs.AnyPort)
+	cs, err := newSide(&c, nil, DefaultAddrs[0], verbs.AnyPort, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.close()
 	sc := c
 	sc.Ordering = verbs.OrderingOrdered // the server does not offer weak mode
-	ss, err := newSide(&sc, nil, DefaultAddrs[1], verbs.AnyPort)
+	ss, err := newSide(&sc, nil, DefaultAddrs[1], verbs.AnyPort, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

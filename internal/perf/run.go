@@ -57,12 +57,12 @@ func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
 	if err := c.Validate(); err != nil {
 		return Result{}, err
 	}
-	cs, err := newSide(&c, nil, addrs[0], verbs.AnyPort)
+	cs, err := newSide(&c, nil, addrs[0], verbs.AnyPort, c.Capture)
 	if err != nil {
 		return Result{}, err
 	}
 	defer cs.close()
-	ss, err := newSide(&c, nil, addrs[1], verbs.AnyPort)
+	ss, err := newSide(&c, nil, addrs[1], verbs.AnyPort, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -205,7 +205,7 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, o
 	if !devAddr.IsValid() {
 		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	}
-	s, err := newSide(&c, nil, devAddr, verbs.AnyPort)
+	s, err := newSide(&c, nil, devAddr, verbs.AnyPort, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -293,7 +293,7 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 	if !devAddr.IsValid() {
 		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	}
-	s, err := newSide(&c, nil, devAddr, verbs.AnyPort)
+	s, err := newSide(&c, nil, devAddr, verbs.AnyPort, c.Capture)
 	if err != nil {
 		return Result{}, err
 	}

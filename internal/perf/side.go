@@ -53,12 +53,13 @@ func slotsFor(c *Config) int {
 	return max(1, min(n, maxBuffer/c.Size))
 }
 
-// newSide opens (or uses) a device and creates the PD, CQ, QPs and buffer.
-func newSide(c *Config, ctx *verbs.Context, addr netip.Addr, port int) (*side, error) {
+// newSide opens (or uses) a device, writing its packets to capture if that is set, and
+// creates the PD, CQ, QPs and buffer.
+func newSide(c *Config, ctx *verbs.Context, addr netip.Addr, port int, capture *verbs.PacketCapture) (*side, error) {
 	s := &side{cfg: c, slots: slotsFor(c), qpIdx: map[uint32]int{}}
 	if ctx == nil {
 		var err error
-		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Faults: c.Faults, Window: c.Window, BusyPoll: c.BusyPoll})
+		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Faults: c.Faults, Window: c.Window, BusyPoll: c.BusyPoll, Capture: capture})
 		if err != nil {
 			return nil, err
 		}
