@@ -7,9 +7,18 @@
 // and preallocated message headers, so they allocate nothing and hold no lock across a
 // system call. A small reference count keeps the descriptor valid while such calls are in
 // flight; Close waits for them.
+//
+// The batched system calls, GSO and GRO, forced socket buffer sizes and Linux's
+// don't-fragment option are Linux's (conn_linux.go, recv_linux.go, send_linux.go). Other
+// systems (conn_other.go, recv_other.go, send_other.go) take the portable path, which Linux
+// can be made to take too: one recvmsg per received datagram, one sendmsg per sent one,
+// no GSO or GRO (GSO and GRO report false), socket buffers as large as the system allows
+// without privilege, and don't-fragment where the system has a socket option for it.
+// Batches, fault injection and addresses are the same on every system.
 package netio
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -27,7 +36,8 @@ type Config struct {
 	// Local is the address and port to bind. Port 0 picks an ephemeral port.
 	Local netip.AddrPort
 	// SocketBuffer is the requested SO_RCVBUF and SO_SNDBUF in bytes (default 32 MiB).
-	// Without CAP_NET_ADMIN the kernel caps it at net.core.rmem_max / wmem_max.
+	// Without CAP_NET_ADMIN Linux caps it at net.core.rmem_max / wmem_max; other systems
+	// get the largest size up to it that they accept (kern.ipc.maxsockbuf bounds it).
 	SocketBuffer int
 	// DisableGSO and DisableGRO turn off UDP segmentation offload on send and receive
 	// coalescing.
@@ -45,8 +55,14 @@ type Config struct {
 	SegmentID func(last4 []byte, length int, seg uint16)
 	// Tap, if set, is given every datagram as it leaves, after the fault injector and
 	// GSO grouping: its destination, the IPv4 identification the kernel gives it (its
-	// segment index in a GSO send) and its bytes, in pieces valid during the call.
+	// segment index in a GSO send; 0 on the portable path, where systems other than
+	// Linux may give another) and its bytes, in pieces valid during the call.
 	Tap func(dst netip.AddrPort, id uint16, pieces [][]byte)
+
+	// portable makes Linux take the portable path that other systems take (one recvmsg
+	// or sendmsg per datagram, no GSO or GRO), so that its tests run there too. The
+	// socket options stay Linux's.
+	portable bool
 }
 
 // Conn is a UDP socket bound to one address, used by one softrnic device.
@@ -56,6 +72,7 @@ type Conn struct {
 	fd     int
 	local  netip.AddrPort
 	v6     bool
+	mmsg   bool // recvmmsg and sendmmsg (Linux); otherwise one recvmsg or sendmsg per datagram
 	gso    bool
 	gro    bool
 	rcvbuf int
@@ -69,12 +86,12 @@ type Conn struct {
 	tap    func(dst netip.AddrPort, id uint16, pieces [][]byte)
 
 	// Counters.
-	SendCalls    atomic.Uint64 // sendmmsg system calls
+	SendCalls    atomic.Uint64 // sendmmsg system calls (portable path: sendmsg calls)
 	SendErrors   atomic.Uint64 // datagrams the kernel refused
-	RecvCalls    atomic.Uint64 // recvmmsg system calls that returned data
+	RecvCalls    atomic.Uint64 // recvmmsg system calls (portable path: Polls) that returned data
 	RecvTrunc    atomic.Uint64 // datagrams truncated by a too small buffer
 	GSOSends     atomic.Uint64 // messages sent as one GSO super-datagram
-	WriteBlocked atomic.Uint64 // sends that waited for socket buffer space
+	WriteBlocked atomic.Uint64 // sends that waited for socket buffer space (not counted on the portable path)
 }
 
 // ErrClosed is returned by operations on a closed Conn.
@@ -109,34 +126,7 @@ func Listen(cfg Config) (*Conn, error) {
 	var serr error
 	err = rc.Control(func(fd uintptr) {
 		c.fd = int(fd)
-		// Large buffers: bursts of a window of packets per QP must not be dropped by the
-		// kernel. FORCE needs CAP_NET_ADMIN; fall back to the capped form.
-		if unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufsz) != nil {
-			_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, bufsz)
-		}
-		if unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufsz) != nil {
-			_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufsz)
-		}
-		c.rcvbuf, _ = unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
-		c.sndbuf, _ = unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
-		if !c.v6 {
-			// DF on every datagram; on an unconnected socket Linux then writes IP ID 0,
-			// which the ICRC covers.
-			serr = unix.SetsockoptInt(c.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-		} else {
-			serr = unix.SetsockoptInt(c.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-		}
-		if !cfg.DisableGSO {
-			// Probe: reading the socket's default segment size works where GSO exists.
-			if _, e := unix.GetsockoptInt(c.fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); e == nil {
-				c.gso = true
-			}
-		}
-		if !cfg.DisableGRO {
-			if unix.SetsockoptInt(c.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
-				c.gro = true
-			}
-		}
+		serr = c.setup(cfg, bufsz)
 	})
 	if err == nil {
 		err = serr
@@ -231,7 +221,13 @@ func (c *Conn) MakeAddr(ap netip.AddrPort) (Addr, error) {
 	return a, nil
 }
 
-func htons(p uint16) uint16 { return p<<8 | p>>8 }
+// htons converts a port between host order and the network order a sockaddr holds it in
+// (its own inverse, whatever the host's byte order).
+func htons(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
 
 // mmsghdr is struct mmsghdr from <sys/socket.h>.
 type mmsghdr struct {
@@ -239,9 +235,6 @@ type mmsghdr struct {
 	n   uint32
 	_   [4]byte
 }
-
-// errno values returned by the raw calls.
-func isAgain(e syscall.Errno) bool { return e == unix.EAGAIN || e == unix.EWOULDBLOCK }
 
 // Doorbell wakes the goroutine sleeping in Serve: it sends an empty datagram to the socket
 // itself, which Poll returns like any other (the receiver skips empty datagrams from its

@@ -2,10 +2,27 @@ package netio
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
+// paths runs f on the batched path (recvmmsg and sendmmsg, with GSO and GRO where the
+// kernel has them) and on the portable path that systems other than Linux take (one
+// recvmsg or sendmsg per datagram), which Config.portable makes Linux take too.
+func paths(t *testing.T, f func(t *testing.T, portable bool)) {
+	t.Run("batched", func(t *testing.T) { f(t, false) })
+	t.Run("portable", func(t *testing.T) { f(t, true) })
+}
+
+// pair opens a Conn with cfgA (on 127.0.0.1 unless it says otherwise) and one on
+// 127.0.0.2 that takes the same path.
 func pair(t *testing.T, cfgA Config) (*Conn, *Conn) {
 	t.Helper()
 	if !cfgA.Local.IsValid() {
@@ -15,19 +32,32 @@ func pair(t *testing.T, cfgA Config) (*Conn, *Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0")})
+	b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0"), portable: cfgA.portable})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
+	if cfgA.portable && (a.mmsg || a.GSO() || a.GRO() || b.mmsg || b.GSO() || b.GRO()) {
+		t.Fatal("portable Conn uses recvmmsg/sendmmsg, GSO or GRO")
+	}
 	return a, b
 }
 
-// recvAll receives until want datagrams (segments) arrived, waiting in the poller.
-func recvAll(t *testing.T, c *Conn, want int) [][]byte {
+// received is what recvAll got: the datagrams (GRO segments split), their senders, and
+// the most datagrams one Poll returned.
+type received struct {
+	data  [][]byte
+	from  []netip.AddrPort
+	maxN  int
+	polls int
+}
+
+// recvAll receives until want datagrams (segments) arrived, waiting in the poller, with a
+// batch of 8 buffers of bufSize bytes.
+func recvAll(t *testing.T, c *Conn, want, bufSize int) received {
 	t.Helper()
-	rb := c.NewRecvBatch(8, 2048)
-	var got [][]byte
+	rb := c.NewRecvBatch(8, bufSize)
+	var r received
 	err := c.Serve(func() bool {
 		for {
 			n, err := c.Poll(rb)
@@ -36,20 +66,26 @@ func recvAll(t *testing.T, c *Conn, want int) [][]byte {
 				return true
 			}
 			if n == 0 {
-				return len(got) >= want
+				return len(r.data) >= want
 			}
+			if n != rb.Len() {
+				t.Errorf("Poll returned %d, Len %d", n, rb.Len())
+			}
+			r.polls++
+			r.maxN = max(r.maxN, n)
 			for i := 0; i < n; i++ {
-				d, seg, _ := rb.Datagram(i)
+				d, seg, from := rb.Datagram(i)
 				if seg == 0 {
 					seg = len(d)
 				}
 				for len(d) > 0 {
 					k := min(seg, len(d))
-					got = append(got, append([]byte(nil), d[:k]...))
+					r.data = append(r.data, append([]byte(nil), d[:k]...))
+					r.from = append(r.from, from)
 					d = d[k:]
 				}
 			}
-			if len(got) >= want {
+			if len(r.data) >= want {
 				return true
 			}
 		}
@@ -57,45 +93,221 @@ func recvAll(t *testing.T, c *Conn, want int) [][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got
+	return r
 }
 
-func TestSendRecvGSO(t *testing.T) {
-	a, b := pair(t, Config{})
-	dst, err := a.MakeAddr(b.LocalAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := NewSendBatch(64, 256, 4096)
-	var want [][]byte
-	for i := 0; i < 20; i++ {
-		n := 1000
-		if i == 9 || i == 19 {
-			n = 300 // a short last segment ends a GSO group
+// A batch of 20 datagrams, 18 of 1000 bytes and two short ones, each a header from the
+// arena and a payload slice (one a single slice), arrives whole and in order from the
+// sender's address: as GSO messages on the batched path where the kernel has GSO, one
+// sendmsg per datagram on the portable path.
+func TestSendRecv(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		a, b := pair(t, Config{portable: portable})
+		dst, err := a.MakeAddr(b.LocalAddr())
+		if err != nil {
+			t.Fatal(err)
 		}
-		hdr := sb.Alloc(4)
-		copy(hdr, []byte{byte(i), 1, 2, 3})
-		pay := bytes.Repeat([]byte{byte(i)}, n-4)
+		sb := NewSendBatch(64, 256, 4096)
+		var want [][]byte
+		for i := 0; i < 20; i++ {
+			n := 1000
+			if i == 9 || i == 19 {
+				n = 300 // a short last segment ends a GSO group
+			}
+			d := append([]byte{byte(i), 1, 2, 3}, bytes.Repeat([]byte{byte(i)}, n-4)...)
+			want = append(want, d)
+			sb.Begin(&dst)
+			if i == 19 {
+				sb.Add(d) // one slice: the portable path sends it without gathering
+			} else {
+				hdr := sb.Alloc(4)
+				copy(hdr, d)
+				sb.Add(hdr)
+				sb.Add(d[4:])
+			}
+			sb.End()
+		}
+		if err := a.Send(sb); err != nil {
+			t.Fatal(err)
+		}
+		if sb.Len() != 0 {
+			t.Fatal("Send did not reset the batch")
+		}
+		got := recvAll(t, b, len(want), 2048)
+		if len(got.data) != len(want) {
+			t.Fatalf("got %d datagrams, want %d", len(got.data), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got.data[i], want[i]) {
+				t.Fatalf("datagram %d differs", i)
+			}
+			if got.from[i] != a.LocalAddr() {
+				t.Fatalf("datagram %d from %v, want %v", i, got.from[i], a.LocalAddr())
+			}
+		}
+		if n, err := b.Poll(b.NewRecvBatch(1, 64)); n != 0 || err != nil {
+			t.Errorf("Poll with nothing queued: %d, %v", n, err)
+		}
+		if a.GSO() && a.GSOSends.Load() == 0 {
+			t.Fatal("GSO available but not used")
+		}
+		if portable {
+			if n := a.SendCalls.Load(); n != 20 || a.GSOSends.Load() != 0 {
+				t.Errorf("portable path: %d sends, %d GSO sends; want 20, 0", n, a.GSOSends.Load())
+			}
+		}
+		if e := a.SendErrors.Load(); e != 0 {
+			t.Errorf("%d send errors", e)
+		}
+		if n := b.RecvCalls.Load(); n != uint64(got.polls) {
+			t.Errorf("RecvCalls %d, %d Polls returned data", n, got.polls)
+		}
+	})
+}
+
+// One Poll returns as many queued datagrams as the batch has room for (GRO off, so that
+// each fills a slot). Whether several are queued when the receiver looks depends on the
+// scheduler (loopback delivery may run on another thread), so a round of 16 is sent again
+// until one Poll returned more than one; on an idle machine the first round does.
+func TestRecvBatchFills(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		a, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0"), portable: portable, DisableGRO: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		dst, _ := a.MakeAddr(b.LocalAddr())
+		sb := NewSendBatch(16, 16, 1024)
+		deadline := time.Now().Add(testutil.WaitLimit)
+		for round := 1; ; round++ {
+			for i := 0; i < 16; i++ {
+				sb.Begin(&dst)
+				sb.Add(sb.Alloc(48))
+				sb.End()
+			}
+			if err := a.Send(sb); err != nil {
+				t.Fatal(err)
+			}
+			got := recvAll(t, b, 16, 2048)
+			if len(got.data) != 16 {
+				t.Fatalf("round %d: %d datagrams, want 16", round, len(got.data))
+			}
+			if got.maxN > 8 {
+				t.Fatalf("a Poll returned %d datagrams into a batch of 8", got.maxN)
+			}
+			if got.maxN > 1 {
+				t.Logf("round %d: up to %d datagrams per Poll, %d Polls", round, got.maxN, got.polls)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d rounds, never more than one datagram per Poll", round)
+			}
+		}
+	})
+}
+
+// A datagram larger than the receive buffer arrives truncated and is counted.
+func TestRecvTruncated(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		// The receiver without GRO: with it, every buffer holds 64 KiB.
+		a, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0"), portable: portable, DisableGRO: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		dst, _ := a.MakeAddr(b.LocalAddr())
+		sb := NewSendBatch(2, 2, 64)
+		big := bytes.Repeat([]byte{7}, 1500)
 		sb.Begin(&dst)
-		sb.Add(hdr)
-		sb.Add(pay)
+		sb.Add(big)
 		sb.End()
-		want = append(want, append(append([]byte{}, hdr...), pay...))
-	}
-	if err := a.Send(sb); err != nil {
-		t.Fatal(err)
-	}
-	got := recvAll(t, b, len(want))
-	if len(got) != len(want) {
-		t.Fatalf("got %d datagrams, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !bytes.Equal(got[i], want[i]) {
-			t.Fatalf("datagram %d differs", i)
+		if err := a.Send(sb); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if a.GSO() && a.GSOSends.Load() == 0 {
-		t.Fatal("GSO available but not used")
+		got := recvAll(t, b, 1, 1000)
+		if len(got.data) != 1 || len(got.data[0]) != 1000 || b.RecvTrunc.Load() != 1 {
+			t.Fatalf("got %d datagrams (first %d bytes), RecvTrunc %d; want one of 1000, 1", len(got.data), len(got.data[0]), b.RecvTrunc.Load())
+		}
+	})
+}
+
+// Serve sleeps in the poller until a datagram or the Doorbell (an empty datagram from the
+// Conn itself) comes, and returns ErrClosed when the Conn is closed while it sleeps; Poll
+// and Send fail with ErrClosed after Close.
+func TestServeDoorbellClose(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		_, b := pair(t, Config{portable: portable})
+		rb := b.NewRecvBatch(4, 2048)
+		rang := make(chan struct{}, 1)
+		served := make(chan error, 1)
+		go func() {
+			served <- b.Serve(func() bool {
+				for {
+					n, err := b.Poll(rb)
+					if err != nil {
+						return true
+					}
+					if n == 0 {
+						return false
+					}
+					for i := 0; i < n; i++ {
+						if d, _, from := rb.Datagram(i); len(d) == 0 && from == b.LocalAddr() {
+							rang <- struct{}{}
+						}
+					}
+				}
+			})
+		}()
+		b.Doorbell()
+		select {
+		case <-rang:
+		case err := <-served:
+			t.Fatalf("Serve returned %v before the doorbell", err)
+		case <-time.After(testutil.WaitLimit):
+			t.Fatal("the doorbell did not wake Serve")
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-served:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("Serve returned %v after Close, want ErrClosed", err)
+			}
+		case <-time.After(testutil.WaitLimit):
+			t.Fatal("Close did not end Serve")
+		}
+		if _, err := b.Poll(rb); !errors.Is(err, ErrClosed) {
+			t.Errorf("Poll after Close: %v", err)
+		}
+		dst, _ := b.MakeAddr(b.LocalAddr())
+		sb := NewSendBatch(1, 1, 64)
+		sb.Begin(&dst)
+		sb.Add([]byte{1})
+		sb.End()
+		if err := b.Send(sb); !errors.Is(err, ErrClosed) {
+			t.Errorf("Send after Close: %v", err)
+		}
+		b.Doorbell() // a no-op after Close
+	})
+}
+
+func TestHtons(t *testing.T) {
+	var raw unix.RawSockaddrInet4
+	raw.Port = htons(0x1234)
+	b := (*[2]byte)(unsafe.Pointer(&raw.Port))
+	if b[0] != 0x12 || b[1] != 0x34 || htons(htons(4791)) != 4791 {
+		t.Fatalf("htons(0x1234) stored as % x", b[:])
 	}
 }
 
@@ -115,54 +327,56 @@ func TestParseFaults(t *testing.T) {
 }
 
 func TestFaultFilter(t *testing.T) {
-	// Datagram k: 0 dropped, 1 duplicated, 2 corrupted, 3 delayed behind 4 and 5.
-	a, b := pair(t, Config{FaultFilter: func(p []byte) Verdict {
-		switch p[0] {
-		case 0:
-			return Verdict{Action: Drop}
-		case 1:
-			return Verdict{Action: Duplicate}
-		case 2:
-			return Verdict{Action: Corrupt}
-		case 3:
-			return Verdict{Action: Delay, After: 2}
+	paths(t, func(t *testing.T, portable bool) {
+		// Datagram k: 0 dropped, 1 duplicated, 2 corrupted, 3 delayed behind 4 and 5.
+		a, b := pair(t, Config{portable: portable, FaultFilter: func(p []byte) Verdict {
+			switch p[0] {
+			case 0:
+				return Verdict{Action: Drop}
+			case 1:
+				return Verdict{Action: Duplicate}
+			case 2:
+				return Verdict{Action: Corrupt}
+			case 3:
+				return Verdict{Action: Delay, After: 2}
+			}
+			return Verdict{Action: Deliver}
+		}})
+		dst, _ := a.MakeAddr(b.LocalAddr())
+		sb := NewSendBatch(16, 16, 1024)
+		for i := 0; i < 6; i++ {
+			h := sb.Alloc(64)
+			for j := range h {
+				h[j] = byte(i)
+			}
+			sb.Begin(&dst)
+			sb.Add(h)
+			sb.End()
 		}
-		return Verdict{Action: Deliver}
-	}})
-	dst, _ := a.MakeAddr(b.LocalAddr())
-	sb := NewSendBatch(16, 16, 1024)
-	for i := 0; i < 6; i++ {
-		h := sb.Alloc(64)
-		for j := range h {
-			h[j] = byte(i)
+		if err := a.Send(sb); err != nil {
+			t.Fatal(err)
 		}
-		sb.Begin(&dst)
-		sb.Add(h)
-		sb.End()
-	}
-	if err := a.Send(sb); err != nil {
-		t.Fatal(err)
-	}
-	got := recvAll(t, b, 6)
-	var order []byte
-	for _, g := range got {
-		order = append(order, g[5])
-	}
-	fc := a.FaultCounters()
-	if fc.Lost != 1 || fc.Duplicated != 1 || fc.Corrupted != 1 || fc.Reordered != 1 {
-		t.Fatalf("counters %+v", fc)
-	}
-	// Expected arrival: 1 1 2' 4 5 3
-	if len(got) != 6 || got[0][5] != 1 || got[1][5] != 1 || got[3][5] != 4 || got[4][5] != 5 || got[5][5] != 3 {
-		t.Fatalf("order %v", order)
-	}
-	diff := 0
-	for j := range got[2] {
-		diff += bitsDiff(got[2][j], 2)
-	}
-	if diff != 1 {
-		t.Fatalf("corrupted datagram differs in %d bits", diff)
-	}
+		got := recvAll(t, b, 6, 2048).data
+		var order []byte
+		for _, g := range got {
+			order = append(order, g[5])
+		}
+		fc := a.FaultCounters()
+		if fc.Lost != 1 || fc.Duplicated != 1 || fc.Corrupted != 1 || fc.Reordered != 1 {
+			t.Fatalf("counters %+v", fc)
+		}
+		// Expected arrival: 1 1 2' 4 5 3
+		if len(got) != 6 || got[0][5] != 1 || got[1][5] != 1 || got[3][5] != 4 || got[4][5] != 5 || got[5][5] != 3 {
+			t.Fatalf("order %v", order)
+		}
+		diff := 0
+		for j := range got[2] {
+			diff += bitsDiff(got[2][j], 2)
+		}
+		if diff != 1 {
+			t.Fatalf("corrupted datagram differs in %d bits", diff)
+		}
+	})
 }
 
 func bitsDiff(a, b byte) int {
@@ -220,7 +434,7 @@ func TestSegmentID(t *testing.T) {
 		if withDup {
 			n = 7
 		}
-		got := recvAll(t, b, n)
+		got := recvAll(t, b, n, 2048).data
 		if len(got) != n {
 			t.Fatalf("dup %v: %d datagrams, want %d", withDup, len(got), n)
 		}

@@ -1,15 +1,14 @@
 package netio
 
 import (
-	"encoding/binary"
 	"net/netip"
-	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// RecvBatch holds preallocated buffers and headers for one recvmmsg call.
+// RecvBatch holds preallocated buffers and headers for one recvmmsg call (on the portable
+// path, for as many recvmsg calls).
 type RecvBatch struct {
 	msgs  []mmsghdr
 	iovs  []unix.Iovec
@@ -59,27 +58,7 @@ func (b *RecvBatch) Datagram(i int) (data []byte, segSize int, from netip.AddrPo
 	m := &b.msgs[i]
 	data = b.bufs[i][:m.n]
 	if m.hdr.Controllen >= unix.SizeofCmsghdr {
-		cm := b.cmsg[i*cmsgSlot : i*cmsgSlot+int(m.hdr.Controllen)]
-		for len(cm) >= unix.SizeofCmsghdr {
-			h := (*unix.Cmsghdr)(unsafe.Pointer(&cm[0]))
-			ln := int(h.Len)
-			if ln < unix.SizeofCmsghdr || ln > len(cm) {
-				break
-			}
-			if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && ln >= unix.SizeofCmsghdr+2 {
-				d := cm[unix.SizeofCmsghdr:ln]
-				if len(d) >= 4 {
-					segSize = int(binary.NativeEndian.Uint32(d))
-				} else {
-					segSize = int(binary.NativeEndian.Uint16(d))
-				}
-			}
-			step := (ln + 7) &^ 7
-			if step > len(cm) {
-				break
-			}
-			cm = cm[step:]
-		}
+		segSize = groSegment(b.cmsg[i*cmsgSlot : i*cmsgSlot+int(m.hdr.Controllen)])
 	}
 	sa := &b.names[i]
 	if !b.v6 {
@@ -94,27 +73,51 @@ func (b *RecvBatch) Datagram(i int) (data []byte, segSize int, from netip.AddrPo
 	return data, segSize, from
 }
 
-// RecvFD performs one non-blocking recvmmsg on fd. It returns the number of datagrams
-// (0 when none are queued) and a non-nil error only for real failures.
-func (b *RecvBatch) RecvFD(fd int) (int, error) {
-	for i := range b.msgs {
-		h := &b.msgs[i].hdr
-		h.Namelen = unix.SizeofSockaddrInet6
-		h.SetControllen(cmsgSlot)
-		h.Flags = 0
-	}
-	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
-		uintptr(len(b.msgs)), unix.MSG_DONTWAIT, 0, 0)
-	runtime.KeepAlive(b)
-	if e != 0 {
-		b.n = 0
-		if isAgain(e) || e == unix.EINTR {
-			return 0, nil
+// recvEach receives up to one datagram per slot of b from fd, one non-blocking recvmsg
+// each, until nothing is queued: the portable path. It fills the slots as recvmmsg would
+// (length, flags, sender; no control messages), so that Datagram reads them the same way.
+// It returns the number of datagrams and a non-nil error only for a real failure before
+// the first one.
+func (b *RecvBatch) recvEach(fd int) (int, error) {
+	n := 0
+	for n < len(b.msgs) {
+		r, _, flags, from, err := unix.Recvmsg(fd, b.bufs[n], nil, unix.MSG_DONTWAIT)
+		if err == unix.EINTR {
+			continue
 		}
-		return 0, e
+		if err != nil {
+			if n > 0 || err == unix.EAGAIN || err == unix.EWOULDBLOCK {
+				break
+			}
+			b.n = 0
+			return 0, err
+		}
+		m := &b.msgs[n]
+		m.n = uint32(r)
+		m.hdr.Flags = int32(flags)
+		m.hdr.SetControllen(0)
+		b.setSender(n, from)
+		n++
 	}
-	b.n = int(r)
-	return b.n, nil
+	b.n = n
+	return n, nil
+}
+
+// setSender writes from into slot i's raw address, as recvmmsg would have.
+func (b *RecvBatch) setSender(i int, from unix.Sockaddr) {
+	sa := &b.names[i]
+	*sa = unix.RawSockaddrInet6{}
+	switch f := from.(type) {
+	case *unix.SockaddrInet4:
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		s4.Family = unix.AF_INET
+		s4.Port = htons(uint16(f.Port))
+		s4.Addr = f.Addr
+	case *unix.SockaddrInet6:
+		sa.Family = unix.AF_INET6
+		sa.Port = htons(uint16(f.Port))
+		sa.Addr = f.Addr
+	}
 }
 
 // Poll receives what is queued without waiting. It returns 0, nil when nothing is
@@ -123,7 +126,13 @@ func (c *Conn) Poll(b *RecvBatch) (int, error) {
 	if !c.acquire() {
 		return 0, ErrClosed
 	}
-	n, err := b.RecvFD(c.fd)
+	var n int
+	var err error
+	if c.mmsg {
+		n, err = b.RecvFD(c.fd)
+	} else {
+		n, err = b.recvEach(c.fd)
+	}
 	c.release()
 	if n > 0 {
 		c.RecvCalls.Add(1)

@@ -1,0 +1,58 @@
+package netio
+
+import (
+	"encoding/binary"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// RecvFD performs one non-blocking recvmmsg on fd. It returns the number of datagrams
+// (0 when none are queued) and a non-nil error only for real failures.
+func (b *RecvBatch) RecvFD(fd int) (int, error) {
+	for i := range b.msgs {
+		h := &b.msgs[i].hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.SetControllen(cmsgSlot)
+		h.Flags = 0
+	}
+	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
+		uintptr(len(b.msgs)), unix.MSG_DONTWAIT, 0, 0)
+	runtime.KeepAlive(b)
+	if e != 0 {
+		b.n = 0
+		if isAgain(e) || e == unix.EINTR {
+			return 0, nil
+		}
+		return 0, e
+	}
+	b.n = int(r)
+	return b.n, nil
+}
+
+// groSegment returns the segment size in a datagram's control messages cm (its UDP_GRO
+// message), or 0 if there is none.
+func groSegment(cm []byte) (segSize int) {
+	for len(cm) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&cm[0]))
+		ln := int(h.Len)
+		if ln < unix.SizeofCmsghdr || ln > len(cm) {
+			break
+		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && ln >= unix.SizeofCmsghdr+2 {
+			d := cm[unix.SizeofCmsghdr:ln]
+			if len(d) >= 4 {
+				segSize = int(binary.NativeEndian.Uint32(d))
+			} else {
+				segSize = int(binary.NativeEndian.Uint16(d))
+			}
+		}
+		step := (ln + 7) &^ 7
+		if step > len(cm) {
+			break
+		}
+		cm = cm[step:]
+	}
+	return segSize
+}
