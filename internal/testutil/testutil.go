@@ -28,34 +28,53 @@ const WaitLimit = 2 * time.Minute
 // CPUShare measures the share of the machine's CPUs that the process can get: one
 // thread per CPU spins for d, and the share is the CPU time they got over the time they
 // asked for. Close to 1 on an idle machine, about 1/2 when as many busy processes as CPUs
-// compete, lower when busier.
+// compete, lower when busier. Where the system reports no per-thread CPU time (darwin,
+// NetBSD), the process's CPU time over the same interval stands in for the threads' (the
+// process's other threads count too, which overstates the share a little).
 func CPUShare(d time.Duration) float64 {
 	n := runtime.NumCPU()
 	got := make(chan time.Duration, n)
 	start := time.Now()
+	p0, perr := processCPU()
 	for i := 0; i < n; i++ {
 		go func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			var r0, r1 unix.Rusage
-			if unix.Getrusage(unix.RUSAGE_THREAD, &r0) != nil {
-				got <- d
-				return
-			}
+			t0, err := threadCPU()
 			for time.Since(start) < d {
 			}
-			if unix.Getrusage(unix.RUSAGE_THREAD, &r1) != nil {
-				got <- d
+			t1, err1 := threadCPU()
+			if err != nil || err1 != nil {
+				got <- -1
 				return
 			}
-			got <- time.Duration(r1.Utime.Nano()-r0.Utime.Nano()) + time.Duration(r1.Stime.Nano()-r0.Stime.Nano())
+			got <- t1 - t0
 		}()
 	}
 	var cpu time.Duration
+	perThread := true
 	for i := 0; i < n; i++ {
-		cpu += <-got
+		c := <-got
+		perThread = perThread && c >= 0
+		cpu += c
+	}
+	if !perThread {
+		p1, err := processCPU()
+		if perr != nil || err != nil {
+			return 1 // nothing to measure with: as if the machine were idle
+		}
+		cpu = p1 - p0
 	}
 	return float64(cpu) / float64(time.Duration(n)*time.Since(start))
+}
+
+// processCPU returns the CPU time (user and system) the process has used.
+func processCPU() (time.Duration, error) {
+	var r unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &r); err != nil {
+		return 0, err
+	}
+	return time.Duration(r.Utime.Nano() + r.Stime.Nano()), nil
 }
 
 // MinShare is the CPU share below which SkipIfBusy skips. Measured on the 2-core
