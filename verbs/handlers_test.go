@@ -1,3 +1,9 @@
+//go:build linux
+
+// Completion handlers run on threads of their own, which internal/osthread sets up on
+// Linux only (elsewhere SetCompletionHandler fails with errors.ErrUnsupported); these
+// tests also read the threads' IDs, affinity and policy through Linux system calls.
+
 package verbs_test
 
 import (

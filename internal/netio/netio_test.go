@@ -21,8 +21,9 @@ func paths(t *testing.T, f func(t *testing.T, portable bool)) {
 	t.Run("portable", func(t *testing.T) { f(t, true) })
 }
 
-// pair opens a Conn with cfgA (on 127.0.0.1 unless it says otherwise) and one on
-// 127.0.0.2 that takes the same path.
+// pair opens a Conn with cfgA (on 127.0.0.1 unless it says otherwise) and another one on
+// 127.0.0.1 that takes the same path. (Only 127.0.0.1 is on darwin's and the BSDs'
+// loopback interface unless more addresses are added.)
 func pair(t *testing.T, cfgA Config) (*Conn, *Conn) {
 	t.Helper()
 	if !cfgA.Local.IsValid() {
@@ -32,7 +33,7 @@ func pair(t *testing.T, cfgA Config) (*Conn, *Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0"), portable: cfgA.portable})
+	b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: cfgA.portable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestRecvBatchFills(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer a.Close()
-		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0"), portable: portable, DisableGRO: true})
+		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable, DisableGRO: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +221,7 @@ func TestRecvTruncated(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer a.Close()
-		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.2:0"), portable: portable, DisableGRO: true})
+		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable, DisableGRO: true})
 		if err != nil {
 			t.Fatal(err)
 		}
