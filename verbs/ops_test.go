@@ -106,7 +106,7 @@ func testRDMAWriteWithImm(t *testing.T, mode verbs.Ordering) {
 			mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 1, SGList: sge(rbuf, 0, 64)}, verbs.RecvWR{WRID: 2})
 			for i := 0; i < 2; i++ {
 				settle(b.ctx) // the test read what the responder writes again
-				imm := uint32(0xCAFE0000 + i)
+				imm := 0xCAFE0000 + uint32(i)
 				mustPostSend(t, a.qp, verbs.SendWR{WRID: uint64(10 + i), Opcode: verbs.WRRDMAWriteWithImm, ImmData: imm,
 					SendFlags: verbs.SendSignaled, SGList: sge(src, 0, size), RemoteAddr: dst.Addr() + 10, RKey: dst.RKey()})
 				wantSendWC(t, pollOne(t, a.scq), uint64(10+i), verbs.WCRDMAWrite, a.qp)

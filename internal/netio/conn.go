@@ -229,11 +229,11 @@ func htons(p uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-// mmsghdr is struct mmsghdr from <sys/socket.h>.
+// mmsghdr is struct mmsghdr from <sys/socket.h>. Like C, Go pads it to msghdr's
+// alignment: 64 bytes on 64-bit systems, 32 on 32-bit ones.
 type mmsghdr struct {
 	hdr unix.Msghdr
 	n   uint32
-	_   [4]byte
 }
 
 // Doorbell wakes the goroutine sleeping in Serve: it sends an empty datagram to the socket

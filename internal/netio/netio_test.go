@@ -455,3 +455,11 @@ func TestSegmentID(t *testing.T) {
 		}
 	}
 }
+
+// mmsghdr has C's size: msghdr and the length, padded to msghdr's alignment.
+func TestMmsghdrSize(t *testing.T) {
+	hdr, align := unsafe.Sizeof(unix.Msghdr{}), unsafe.Alignof(unix.Msghdr{})
+	if want := (hdr + 4 + align - 1) / align * align; unsafe.Sizeof(mmsghdr{}) != want {
+		t.Fatalf("mmsghdr is %d bytes, want %d", unsafe.Sizeof(mmsghdr{}), want)
+	}
+}

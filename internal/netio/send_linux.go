@@ -44,7 +44,7 @@ func (c *Conn) sendMmsg(b *SendBatch) error {
 		h.Name = (*byte)(unsafe.Pointer(&p.dst.raw))
 		h.Namelen = p.dst.rawLn
 		h.Iov = &b.iovs[p.iov0]
-		h.Iovlen = uint64(b.pkts[j-1].iov1 - p.iov0)
+		h.SetIovlen(b.pkts[j-1].iov1 - p.iov0)
 		h.Flags = 0
 		if j-i > 1 {
 			cm := b.cmsg[nm*cmsgSlot : nm*cmsgSlot+unix.CmsgSpace(2)]
