@@ -100,10 +100,20 @@ func recvAll(t *testing.T, c *Conn, want, bufSize int) received {
 // A batch of 20 datagrams, 18 of 1000 bytes and two short ones, each a header from the
 // arena and a payload slice (one a single slice), arrives whole and in order from the
 // sender's address: as GSO messages on the batched path where the kernel has GSO, one
-// sendmsg per datagram on the portable path.
+// sendmsg per datagram on the portable path. Config.Tap sees each as it leaves.
 func TestSendRecv(t *testing.T) {
 	paths(t, func(t *testing.T, portable bool) {
-		a, b := pair(t, Config{portable: portable})
+		type tapped struct {
+			dst     netip.AddrPort
+			id      uint16
+			data    []byte
+			nPieces int
+		}
+		var taps []tapped
+		tap := func(dst netip.AddrPort, id uint16, pieces [][]byte) {
+			taps = append(taps, tapped{dst, id, bytes.Join(pieces, nil), len(pieces)})
+		}
+		a, b := pair(t, Config{portable: portable, Tap: tap})
 		dst, err := a.MakeAddr(b.LocalAddr())
 		if err != nil {
 			t.Fatal(err)
@@ -145,6 +155,22 @@ func TestSendRecv(t *testing.T) {
 			if got.from[i] != a.LocalAddr() {
 				t.Fatalf("datagram %d from %v, want %v", i, got.from[i], a.LocalAddr())
 			}
+		}
+		// Tap sees every datagram, in its pieces, with the identification the kernel gives
+		// it: its index in a GSO send, 0 when it goes alone.
+		if len(taps) != len(want) {
+			t.Fatalf("Tap saw %d datagrams, want %d", len(taps), len(want))
+		}
+		for i, tp := range taps {
+			if !bytes.Equal(tp.data, want[i]) || tp.dst != b.LocalAddr() || tp.nPieces != 2-i/19 {
+				t.Errorf("Tap: datagram %d to %v in %d pieces differs", i, tp.dst, tp.nPieces)
+			}
+			if (!a.GSO() && tp.id != 0) || (tp.id != 0 && tp.id != taps[i-1].id+1) {
+				t.Errorf("Tap: datagram %d with identification %d (the one before: %d)", i, tp.id, taps[max(i-1, 0)].id)
+			}
+		}
+		if a.GSO() && taps[1].id != 1 {
+			t.Errorf("Tap: the second datagram of a GSO send with identification %d", taps[1].id)
 		}
 		if n, err := b.Poll(b.NewRecvBatch(1, 64)); n != 0 || err != nil {
 			t.Errorf("Poll with nothing queued: %d, %v", n, err)
