@@ -2,10 +2,12 @@ package perf
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/pcap"
 	"github.com/softrnic/softrnic/internal/wire/wiretest"
 	"github.com/softrnic/softrnic/verbs"
@@ -15,6 +17,8 @@ import (
 // captured (rperf --pcap), and has implementations nobody here wrote read the capture:
 // scapy finds every packet's ICRC right over the IPv4 header it carries (GSO segments
 // with their identifications), and tshark's InfiniBand dissector finds nothing malformed.
+// (Without UDP GSO, as on systems other than Linux, every packet goes alone, with
+// identification 0.)
 func TestSuiteCapture(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "suite.pcap")
 	f, err := os.Create(file)
@@ -58,7 +62,7 @@ func TestSuiteCapture(t *testing.T) {
 			segments++
 		}
 	}
-	if segments == 0 {
+	if segments == 0 && systemGSO(t) {
 		t.Error("no packet with a nonzero IPv4 identification: no GSO batch in the capture")
 	}
 	var decode []uint16
@@ -70,4 +74,15 @@ func TestSuiteCapture(t *testing.T) {
 		t.Errorf("scapy checked %d of %d packets", n, len(recs))
 	}
 	t.Logf("%d packets, %d of them GSO segments after the first of their batch", len(recs), segments)
+}
+
+// systemGSO reports whether a UDP socket here sends with GSO (Linux's do; netio's portable
+// path, which other systems take, does not).
+func systemGSO(t *testing.T) bool {
+	c, err := netio.Listen(netio.Config{Local: netip.MustParseAddrPort("127.0.0.1:0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.GSO()
 }
