@@ -25,16 +25,25 @@ func paths(t *testing.T, f func(t *testing.T, portable bool)) {
 // 127.0.0.1 that takes the same path. (Only 127.0.0.1 is on darwin's and the BSDs'
 // loopback interface unless more addresses are added.)
 func pair(t *testing.T, cfgA Config) (*Conn, *Conn) {
+	return pairWith(t, cfgA, Config{portable: cfgA.portable})
+}
+
+// pairWith opens a Conn with cfgA and one with cfgB (each on 127.0.0.1 unless it says
+// otherwise); both are closed when the test ends.
+func pairWith(t *testing.T, cfgA, cfgB Config) (*Conn, *Conn) {
 	t.Helper()
-	if !cfgA.Local.IsValid() {
-		cfgA.Local = netip.MustParseAddrPort("127.0.0.1:0")
+	for _, c := range []*Config{&cfgA, &cfgB} {
+		if !c.Local.IsValid() {
+			c.Local = netip.MustParseAddrPort("127.0.0.1:0")
+		}
 	}
 	a, err := Listen(cfgA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: cfgA.portable})
+	b, err := Listen(cfgB)
 	if err != nil {
+		a.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
@@ -198,16 +207,7 @@ func TestSendRecv(t *testing.T) {
 // until one Poll returned more than one; on an idle machine the first round does.
 func TestRecvBatchFills(t *testing.T) {
 	paths(t, func(t *testing.T, portable bool) {
-		a, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable, DisableGRO: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
+		a, b := pairWith(t, Config{portable: portable}, Config{portable: portable, DisableGRO: true})
 		dst, _ := a.MakeAddr(b.LocalAddr())
 		sb := NewSendBatch(16, 16, 1024)
 		deadline := time.Now().Add(testutil.WaitLimit)
@@ -242,16 +242,7 @@ func TestRecvBatchFills(t *testing.T) {
 func TestRecvTruncated(t *testing.T) {
 	paths(t, func(t *testing.T, portable bool) {
 		// The receiver without GRO: with it, every buffer holds 64 KiB.
-		a, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		b, err := Listen(Config{Local: netip.MustParseAddrPort("127.0.0.1:0"), portable: portable, DisableGRO: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
+		a, b := pairWith(t, Config{portable: portable}, Config{portable: portable, DisableGRO: true})
 		dst, _ := a.MakeAddr(b.LocalAddr())
 		sb := NewSendBatch(2, 2, 64)
 		big := bytes.Repeat([]byte{7}, 1500)
