@@ -98,6 +98,11 @@ type weakState struct {
 	rsnBase wire.PSN       // receive sequence number of the next receive WQE to consume
 	inMsgs  uint32         // messages with a receive WQE in progress (not all packets placed)
 	inSegs  uint32         // their packets placed
+	// rnrQuiet: an RNR NAK went out for rnrPSN and no message has bound a receive WQE
+	// since; packets refused meanwhile get no NAK of their own (the requester resends after
+	// the one wait; a NAK per packet, arriving after that wait, would each cost a retry).
+	rnrQuiet bool
+	rnrPSN   wire.PSN
 
 	items  []holes.Item  // scratch
 	ranges [][2]wire.PSN // scratch

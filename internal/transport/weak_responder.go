@@ -148,9 +148,15 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 				bound = q.rq.peek(int(k), &msg.wqe)
 			}
 			if !bound {
+				if ws.rnrQuiet && psn != ws.rnrPSN {
+					q.stats.Dropped++ // refused quietly: see weakState.rnrQuiet
+					return
+				}
+				ws.rnrQuiet, ws.rnrPSN = true, psn
 				q.sendRNR(psn)
 				return
 			}
+			ws.rnrQuiet = false
 			if msg.wqe.verr != 0 {
 				q.resp.respFatal(wire.NakRemoteOpError, StatusLocProtErr, msg.wqe.verr, "receive WQE has an invalid local key")
 				return
