@@ -83,7 +83,7 @@ type Comm struct {
 // Stats counts what a rank's connections did.
 type Stats struct {
 	EagerSent, EagerReceived   uint64
-	RendezvousSent, Rendezvous uint64 // rendezvous sends, and receives (RDMA READs)
+	RendezvousSent, Rendezvous uint64 // rendezvous sends, and receives (the sender RDMA-WRITEs into the receive buffer)
 	Enlargements               uint64 // control messages sent asking a peer for a larger ring
 	EnlargementsServed         uint64 // rings enlarged at a peer's request
 	AckResends                 uint64 // acknowledgements asked for again
@@ -226,7 +226,7 @@ func (c *Comm) events() {
 	}
 }
 
-// accept hands connection requests to the progress goroutine.
+// accept hands connection requests to the progress engine.
 func (c *Comm) accept() {
 	for {
 		req, err := c.lis.Accept(context.Background())
@@ -427,7 +427,7 @@ func (c *Comm) await(ctx context.Context, w waitable) bool {
 	}
 }
 
-// activate puts p on the list of peers with work (progress goroutine).
+// activate puts p on the list of peers with work (progress lock held).
 func (c *Comm) activate(p *peer) {
 	if !p.queued {
 		p.queued = true

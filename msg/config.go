@@ -30,7 +30,7 @@ type Config struct {
 	// Phases are the eager ring's slot sizes, smallest first: every connection starts
 	// with Phases[0] and is enlarged, one connection at a time, to the phase a message
 	// needs (default 1 KiB, 16 KiB, 128 KiB). A message above the largest phase goes by
-	// rendezvous (RDMA READ from the sender's memory).
+	// rendezvous (the sender RDMA-WRITEs it into the receive buffer).
 	Phases []int
 	// Slots is how many slots a receive ring has; SendSlots how many staging buffers a
 	// connection's sender has (defaults 8 and 4).

@@ -442,7 +442,7 @@ func (p *peer) needsProgress() bool {
 
 func (p *peer) creditBatch() int { return max(1, p.c.cfg.Slots/2) }
 
-// progress moves what the connection can: READs, the send routine, credits.
+// progress moves what the connection can: rendezvous WRITEs, the send routine, credits.
 func (p *peer) progress() bool {
 	if p.state != psUp {
 		return false
