@@ -218,7 +218,10 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 	}
 	o.MaxRdAtomic = min(o.MaxRdAtomic, r.ResponderResources)
 	o.RNRRetry = r.RNRRetryCount
-	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: r.LocalQPN, PSN: r.StartingPSN}
+	// A standard peer (no softrnic extension) sends its QP's packets from a source port of
+	// its own: only its address is checked.
+	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: r.LocalQPN, PSN: r.StartingPSN,
+		AnySourcePort: !e.ok}
 	if e.weak && o.Ordering == verbs.OrderingWeak {
 		remote.Ordering, remote.MaxHole = verbs.OrderingWeak, e.maxHole
 		c.ordering = verbs.OrderingWeak

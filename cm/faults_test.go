@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +139,49 @@ func TestDialCancelledWithdrawsRequest(t *testing.T) {
 	defer acancel()
 	if r, err := l.Accept(actx); err == nil {
 		t.Errorf("Accept returned the withdrawn request from %v", r.Remote)
+	}
+}
+
+// Between softrnic devices both QPs accept packets only from the peer device's UDP port;
+// a QP accepting the request of a standard CM (no softrnic extension in its Local EECN)
+// accepts its peer's packets from any source port of the peer's address, as a standard
+// RoCEv2 peer sends each QP's packets from a port of its own choosing.
+func TestSourcePortByPeerKind(t *testing.T) {
+	da, db := devs(t, verbs.DeviceConfig{})
+	a, b := newEndpoint(t, da, 1), newEndpoint(t, db, 1)
+	handshake(t, a, b, fast(nil), nil)
+	for _, c := range []struct {
+		e    *endpoint
+		peer *verbs.Context
+	}{{a, db}, {b, da}} {
+		if attr, _ := c.e.QP.QueryQP(); attr.AHAttr.SrcPort != c.peer.Addr().Port() {
+			t.Errorf("softrnic peers: QP %#x accepts source port %d, want the peer device's %d", c.e.QP.QPNum(), attr.AHAttr.SrcPort, c.peer.Addr().Port())
+		}
+	}
+
+	dc := verbstest.OpenDevice(t, netip.MustParseAddr("127.0.0.3"), verbs.DeviceConfig{})
+	l, err := Listen(dc, testPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c := newEndpoint(t, dc, 1)
+	req := mad.REQ{LocalCommID: 0x57D, ServiceID: mad.ServiceID(testPort), LocalQPN: 0x1234,
+		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), StartingPSN: 1, MaxCMRetries: 3,
+		ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7}
+	h := mad.CMAHeader{SrcPort: 1, Src: da.Addr().Addr(), Dst: dc.Addr().Addr()}
+	h.Put(req.PrivateData[:])
+	var b256 [mad.Size]byte
+	mad.Put(b256[:], 1, &req)
+	m, _ := managerFor(dc)
+	m.HandleMAD(netip.AddrPortFrom(da.Addr().Addr(), 4791), 1, b256[:])
+	r, err := l.Accept(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Accept(c.QP, nil) // waits for an RTU that does not come; the QP is connected before the REP
+	verbstest.WaitUntil(t, "the QP connected", func() bool { return c.QP.State() == verbs.StateRTS })
+	if attr, _ := c.QP.QueryQP(); attr.AHAttr.SrcPort != 0 || attr.DestQPNum != 0x1234 {
+		t.Errorf("standard peer: QP accepts source port %d (want 0: any), connected to %#x", attr.AHAttr.SrcPort, attr.DestQPNum)
 	}
 }

@@ -270,7 +270,10 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	o.MTU = mtu
 	o.MaxRdAtomic = min(o.MaxRdAtomic, req.ResponderResources, req.InitiatorDepth)
 	o.RetryCnt, o.RNRRetry = req.RetryCount, req.RNRRetryCount
-	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: req.LocalQPN, PSN: req.StartingPSN}
+	// A standard peer (no softrnic extension) sends its QP's packets from a source port of
+	// its own: only its address is checked.
+	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: req.LocalQPN, PSN: req.StartingPSN,
+		AnySourcePort: !e.ok}
 	c.ordering = verbs.OrderingOrdered
 	maxHole := uint32(0)
 	if e.weak && o.Ordering == verbs.OrderingWeak {

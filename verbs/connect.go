@@ -32,6 +32,12 @@ type Endpoint struct {
 	// (0: the default, 2048). Connect uses the smaller of the two sides' spans, so that
 	// neither sends beyond what the other can hold.
 	MaxHole uint32
+	// AnySourcePort says the peer's packets may come from any UDP source port of its
+	// address: standard RoCEv2 peers (rxe, ConnectX) send each QP's packets from a port of
+	// their own choosing (flow entropy) that the connection setup does not carry. Without
+	// it the QP accepts only the peer device's Port, as a softrnic device sends from (a
+	// check against other processes on the peer's host; see the README's security model).
+	AnySourcePort bool
 }
 
 // Endpoint describes this QP for a peer, with psn as its first send PSN (pass the same
@@ -130,6 +136,10 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 		maxHole = orDefault(o.MaxHole, DefaultMaxHole)
 		maxHole = min(maxHole, orDefault(remote.MaxHole, DefaultMaxHole))
 	}
+	srcPort := remote.Port
+	if remote.AnySourcePort {
+		srcPort = 0
+	}
 	steps := []struct {
 		attr QPAttr
 		mask QPAttrMask
@@ -138,7 +148,7 @@ func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		{QPAttr{QPState: StateRTR, PathMTU: o.MTU, DestQPNum: remote.QPNum, RQPSN: remote.PSN,
 			MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer, Ordering: ordering, MaxHole: maxHole,
-			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, SrcPort: remote.Port, PortNum: 1, IsGlobal: true, HopLimit: 64}},
+			AHAttr: AHAttr{DGID: remote.GID, DestPort: remote.Port, SrcPort: srcPort, PortNum: 1, IsGlobal: true, HopLimit: 64}},
 			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrOrdering},
 		{QPAttr{QPState: StateRTS, SQPSN: sqPSN & 0xFFFFFF, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
 			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic},

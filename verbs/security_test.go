@@ -91,3 +91,31 @@ func TestConnectOptionsZero(t *testing.T) {
 		t.Errorf("%d RNR NAKs received, want 1 (no retries)", got)
 	}
 }
+
+// With Endpoint.AnySourcePort (a standard RoCEv2 peer, which sends each QP's packets from a
+// source port of its own), the QP takes packets from any port of the peer's address.
+func TestAnySourcePort(t *testing.T) {
+	a, b := newSides(t, pairConfig{CQE: 64})
+	epA, epB := a.qp.Endpoint(0x100), b.qp.Endpoint(0x200)
+	epB.AnySourcePort = true
+	if err := a.qp.Connect(epA.PSN, epB, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(epB.PSN, epA, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if attr, _ := a.qp.QueryQP(); attr.AHAttr.SrcPort != 0 {
+		t.Fatalf("AHAttr.SrcPort %d, want 0 (any)", attr.AHAttr.SrcPort)
+	}
+	dst := mustReg(t, a.pd, make([]byte, 64), verbs.AccessLocalWrite)
+	mustPostRecv(t, a.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst, 0, 64)})
+	forgedSend(t, netip.AddrPortFrom(b.ctx.Addr().Addr(), 0), a.ctx, a.qp, 0x200, []byte("hashed"))
+	if wc := pollOne(t, a.rcq); wc.Status != verbs.WCSuccess || wc.ByteLen != 6 {
+		t.Fatalf("receive completion %+v, want the 6-byte SEND from another port of the peer's address", wc)
+	}
+	settle(a.ctx)
+	checkBytes(t, "receive buffer", dst.Buf()[:6], []byte("hashed"))
+	if k := a.qp.Counters(); k.WrongSource != 0 {
+		t.Errorf("WrongSource %d", k.WrongSource)
+	}
+}
