@@ -33,6 +33,9 @@ const FaultsEnv = "SOFTRNIC_FAULTS"
 // writes softrnic-ADDR-PID-N.pcap (N counts the devices the process opened).
 const PcapEnv = "SOFTRNIC_PCAP"
 
+// DefaultSourcePorts is DeviceConfig.SourcePorts when it is 0.
+const DefaultSourcePorts = 4
+
 // DefaultPcapLimit is the size a packet capture stops growing at.
 const DefaultPcapLimit = 256 << 20
 
@@ -96,6 +99,13 @@ type DeviceConfig struct {
 	// written.
 	PcapFile  string
 	PcapLimit int64
+	// SourcePorts is how many more UDP sockets (ports) the device sends from: a QP
+	// connected to a standard RoCEv2 peer (Endpoint.AnySourcePort) sends from one of them,
+	// chosen by its QP number, as rxe and ConnectX give each QP a source port of its own
+	// (flow entropy for ECMP and receive steering). Default 4; negative: none, every
+	// packet leaves from the device's port. A QP connected to a softrnic peer uses the
+	// device's port, which the peer checks.
+	SourcePorts int
 	// Capture, if set (and PcapFile is not), is a capture the device writes to; several
 	// devices may share one. The device does not close it.
 	Capture *PacketCapture
@@ -238,8 +248,16 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	if tap == nil && cfg.Capture != nil {
 		tap = cfg.Capture.w
 	}
+	srcPorts := cfg.SourcePorts
+	switch {
+	case srcPorts == 0:
+		srcPorts = DefaultSourcePorts
+	case srcPorts < 0:
+		srcPorts = 0
+	}
 	d, err := transport.Open(transport.Config{
 		Tap:              tap,
+		SourcePorts:      srcPorts,
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
 		Faults:           faults,
 		FaultFilter:      cfg.filter,

@@ -646,3 +646,7 @@ func (c *Context) Counters() Counters {
 	k.SendErrors, k.SendBlocked = conn.SendErrors.Load(), conn.WriteBlocked.Load()
 	return k
 }
+
+// SourcePort returns the UDP port the QP's packets leave from: the device's, or, once
+// connected to a standard RoCEv2 peer, one of its DeviceConfig.SourcePorts.
+func (q *QP) SourcePort() uint16 { return q.qp.SourcePort() }

@@ -102,3 +102,72 @@ func TestPcapTap(t *testing.T) {
 		t.Errorf("scapy checked %d of %d packets", n, len(recs))
 	}
 }
+
+// A QP connected to a peer that takes any source port (a standard RoCEv2 peer:
+// Endpoint.AnySourcePort) sends every packet from a UDP port of its own, one of the
+// device's SourcePorts, as the capture shows; a QP of the same device connected to a
+// softrnic peer (which checks the port) sends from the device's port.
+func TestSourcePortPerQP(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.pcap")
+	a, b := newSides(t, pairConfig{CQE: 64, DevA: verbs.DeviceConfig{Port: verbs.AnyPort, PcapFile: file}})
+	epA, epB := a.qp.Endpoint(0x100), b.qp.Endpoint(0x200)
+	epA.AnySourcePort, epB.AnySourcePort = true, true
+	if err := a.qp.Connect(epA.PSN, epB, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(epB.PSN, epA, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	srcPort := a.qp.SourcePort()
+	if srcPort == a.ctx.Addr().Port() {
+		t.Fatalf("QP %#x sends from the device's port %d", a.qp.QPNum(), srcPort)
+	}
+	dst := mustReg(t, b.pd, make([]byte, 64), verbs.AccessLocalWrite)
+	mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst, 0, 64)})
+	src := mustReg(t, a.pd, []byte("entropy"), verbs.AccessLocalWrite)
+	mustPostSend(t, a.qp, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(src, 0, 7)})
+	if wc := pollOne(t, b.rcq); wc.Status != verbs.WCSuccess || wc.ByteLen != 7 {
+		t.Fatalf("receive completion %+v", wc)
+	}
+	if wc := pollOne(t, a.scq); wc.Status != verbs.WCSuccess {
+		t.Fatalf("send completion %+v", wc)
+	}
+	if err := a.ctx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := pcap.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for _, r := range recs {
+		if netip.AddrFrom4([4]byte(r.Data[12:16])) != a.ctx.Addr().Addr() {
+			continue // received
+		}
+		var p wire.Packet
+		if p.Decode(r.Data[28:]) != nil || p.BTH.DestQP != b.qp.QPNum() {
+			continue
+		}
+		sent++
+		if port := binary.BigEndian.Uint16(r.Data[20:]); port != srcPort {
+			t.Errorf("a packet of QP %#x from port %d, want its source port %d", a.qp.QPNum(), port, srcPort)
+		}
+	}
+	if sent == 0 {
+		t.Error("no packet of the QP in the capture")
+	}
+
+	c, d := newSides(t, pairConfig{CQE: 64}) // softrnic peers: the device's port
+	epC, epD := c.qp.Endpoint(0x100), d.qp.Endpoint(0x200)
+	if err := c.qp.Connect(epC.PSN, epD, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if c.qp.SourcePort() != c.ctx.Addr().Port() {
+		t.Errorf("QP connected to a softrnic peer sends from port %d, not the device's %d", c.qp.SourcePort(), c.ctx.Addr().Port())
+	}
+}

@@ -57,7 +57,11 @@ type Config struct {
 	// GSO grouping: its destination, the IPv4 identification the kernel gives it (its
 	// segment index in a GSO send; 0 on the portable path, where systems other than
 	// Linux may give another) and its bytes, in pieces valid during the call.
-	Tap func(dst netip.AddrPort, id uint16, pieces [][]byte)
+	Tap func(src, dst netip.AddrPort, id uint16, pieces [][]byte)
+	// SourcePorts is how many more sockets the Conn opens on its address, each with a
+	// port of its own, to send from (SendBatch.BeginFrom): RoCEv2 peers take the UDP
+	// source port as a flow's entropy, one per QP. They are never read.
+	SourcePorts int
 
 	// portable makes Linux take the portable path that other systems take (one recvmsg
 	// or sendmsg per datagram, no GSO or GRO), so that its tests run there too. The
@@ -83,7 +87,8 @@ type Conn struct {
 
 	faults *injector
 	segID  func(last4 []byte, length int, seg uint16)
-	tap    func(dst netip.AddrPort, id uint16, pieces [][]byte)
+	tap    func(src, dst netip.AddrPort, id uint16, pieces [][]byte)
+	srcs   []*Conn // the sockets SourcePorts opened: sources 1, 2, ...
 
 	// Counters.
 	SendCalls    atomic.Uint64 // sendmmsg system calls (portable path: sendmsg calls)
@@ -135,10 +140,39 @@ func Listen(cfg Config) (*Conn, error) {
 		uc.Close()
 		return nil, fmt.Errorf("netio: configure socket: %w", err)
 	}
+	for i := 0; i < cfg.SourcePorts; i++ {
+		sc, err := Listen(Config{Local: netip.AddrPortFrom(ip, 0), SocketBuffer: cfg.SocketBuffer,
+			DisableGSO: cfg.DisableGSO, DisableGRO: true, portable: cfg.portable})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("netio: source port %d: %w", i+1, err)
+		}
+		c.srcs = append(c.srcs, sc)
+	}
 	if cfg.Faults.Active() || cfg.FaultFilter != nil {
 		c.faults = newInjector(cfg.Faults, cfg.FaultFilter, c)
 	}
 	return c, nil
+}
+
+// Sources returns how many sockets the Conn sends from: its own (source 0) and the
+// SourcePorts more.
+func (c *Conn) Sources() int { return 1 + len(c.srcs) }
+
+// SourcePort returns the UDP port datagrams sent from source i leave from.
+func (c *Conn) SourcePort(i int) uint16 {
+	if i == 0 {
+		return c.local.Port()
+	}
+	return c.srcs[i-1].local.Port()
+}
+
+// source returns the socket of source i.
+func (c *Conn) source(i uint8) *Conn {
+	if i == 0 {
+		return c
+	}
+	return c.srcs[i-1]
 }
 
 // LocalAddr returns the bound address.
@@ -171,6 +205,9 @@ func (c *Conn) Close() error {
 	}
 	if c.faults != nil {
 		c.faults.stop()
+	}
+	for _, s := range c.srcs {
+		s.Close()
 	}
 	return c.uc.Close()
 }

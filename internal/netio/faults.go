@@ -100,6 +100,7 @@ const maxHold = time.Millisecond
 type held struct {
 	pkt   []byte
 	dst   *Addr
+	src   uint8
 	after int
 	at    time.Time
 }
@@ -180,7 +181,7 @@ func (inj *injector) releaser() {
 			kept := inj.held[:0]
 			for _, h := range inj.held {
 				if now.Sub(h.at) >= maxHold {
-					inj.emitCopy(h.pkt, h.dst)
+					inj.emitCopy(h.pkt, h.dst, h.src)
 				} else {
 					kept = append(kept, h)
 				}
@@ -219,13 +220,13 @@ func (inj *injector) send(b *SendBatch) error {
 			inj.corrupted.Add(1)
 			pkt := b.packet(i, inj.buffer())
 			inj.flip(pkt)
-			inj.emitCopy(pkt, dst)
+			inj.emitCopy(pkt, dst, b.pkts[i].src)
 		case Delay:
 			inj.reordered.Add(1)
 			if v.After < 1 {
 				v.After = 1
 			}
-			inj.held = append(inj.held, held{pkt: b.packet(i, inj.buffer()), dst: dst, after: v.After, at: time.Now()})
+			inj.held = append(inj.held, held{pkt: b.packet(i, inj.buffer()), dst: dst, src: b.pkts[i].src, after: v.After, at: time.Now()})
 		default:
 			inj.pass(b, i)
 		}
@@ -269,7 +270,7 @@ func (inj *injector) flip(pkt []byte) {
 // pass queues datagram i of b unchanged (its pieces, not a copy).
 func (inj *injector) pass(b *SendBatch, i int) {
 	p := &b.pkts[i]
-	inj.out.Begin(p.dst)
+	inj.out.BeginFrom(p.dst, int(p.src))
 	for _, v := range b.iovs[p.iov0:p.iov1] {
 		inj.out.addIov(v)
 	}
@@ -289,12 +290,12 @@ func (inj *injector) buffer() []byte {
 }
 
 // emitCopy queues a copied datagram.
-func (inj *injector) emitCopy(pkt []byte, dst *Addr) {
+func (inj *injector) emitCopy(pkt []byte, dst *Addr, src uint8) {
 	if len(pkt) == 0 {
 		pkt = make([]byte, 0, 1)
 	}
 	inj.keep = append(inj.keep, pkt)
-	inj.out.Begin(dst)
+	inj.out.BeginFrom(dst, int(src))
 	inj.out.Add(pkt)
 	inj.out.End()
 }
@@ -318,6 +319,6 @@ func (inj *injector) releaseDue() {
 	inj.held = kept
 	inj.due = due
 	for _, h := range due {
-		inj.emitCopy(h.pkt, h.dst)
+		inj.emitCopy(h.pkt, h.dst, h.src)
 	}
 }

@@ -119,7 +119,7 @@ func TestSendRecv(t *testing.T) {
 			nPieces int
 		}
 		var taps []tapped
-		tap := func(dst netip.AddrPort, id uint16, pieces [][]byte) {
+		tap := func(_, dst netip.AddrPort, id uint16, pieces [][]byte) {
 			taps = append(taps, tapped{dst, id, bytes.Join(pieces, nil), len(pieces)})
 		}
 		a, b := pair(t, Config{portable: portable, Tap: tap})
@@ -479,4 +479,46 @@ func TestMmsghdrSize(t *testing.T) {
 	if want := (hdr + 4 + align - 1) / align * align; unsafe.Sizeof(mmsghdr{}) != want {
 		t.Fatalf("mmsghdr is %d bytes, want %d", unsafe.Sizeof(mmsghdr{}), want)
 	}
+}
+
+// With Config.SourcePorts, each datagram leaves from the socket BeginFrom named, on both
+// paths, GSO runs broken where the source changes, and Tap sees its real source.
+func TestSourcePorts(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		var tapSrc []uint16
+		a, b := pair(t, Config{portable: portable, SourcePorts: 2, Tap: func(src, _ netip.AddrPort, _ uint16, _ [][]byte) {
+			tapSrc = append(tapSrc, src.Port())
+		}})
+		if a.Sources() != 3 || a.SourcePort(0) != a.LocalAddr().Port() {
+			t.Fatalf("%d sources, source 0 on port %d", a.Sources(), a.SourcePort(0))
+		}
+		dst, _ := a.MakeAddr(b.LocalAddr())
+		srcs := []int{0, 0, 1, 1, 1, 2, 0, 2}
+		sb := NewSendBatch(16, 32, 1024)
+		for i, s := range srcs {
+			h := sb.Alloc(100)
+			h[0] = byte(i)
+			sb.BeginFrom(&dst, s)
+			sb.Add(h)
+			sb.End()
+		}
+		if err := a.Send(sb); err != nil {
+			t.Fatal(err)
+		}
+		got := recvAll(t, b, len(srcs), 2048)
+		if len(got.data) != len(srcs) {
+			t.Fatalf("%d datagrams, want %d", len(got.data), len(srcs))
+		}
+		for k, d := range got.data {
+			i := int(d[0])
+			if want := a.SourcePort(srcs[i]); got.from[k].Port() != want {
+				t.Errorf("datagram %d from port %d, want source %d's %d", i, got.from[k].Port(), srcs[i], want)
+			}
+		}
+		for i, p := range tapSrc {
+			if p != a.SourcePort(srcs[i]) {
+				t.Errorf("tap: datagram %d from port %d, want %d", i, p, a.SourcePort(srcs[i]))
+			}
+		}
+	})
 }

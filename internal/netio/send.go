@@ -3,7 +3,6 @@ package netio
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +30,7 @@ type outPkt struct {
 	dst        *Addr
 	iov0, iov1 int
 	length     int
+	src        uint8 // the Conn's source (socket) it leaves from
 }
 
 // NewSendBatch allocates a batch for up to maxPkts datagrams, maxIovs slices in all and an
@@ -63,8 +63,12 @@ func (b *SendBatch) Alloc(n int) []byte {
 }
 
 // Begin starts a datagram to dst. dst must stay valid until the batch is sent.
-func (b *SendBatch) Begin(dst *Addr) {
-	b.cur = outPkt{dst: dst, iov0: len(b.iovs)}
+func (b *SendBatch) Begin(dst *Addr) { b.BeginFrom(dst, 0) }
+
+// BeginFrom starts a datagram to dst that leaves from the Conn's source src (0: its own
+// socket; see Config.SourcePorts).
+func (b *SendBatch) BeginFrom(dst *Addr, src int) {
+	b.cur = outPkt{dst: dst, iov0: len(b.iovs), src: uint8(src)}
 	b.open = true
 }
 
@@ -148,7 +152,7 @@ func (c *Conn) sendEach(b *SendBatch) error {
 			return ErrClosed
 		}
 		if c.tap != nil {
-			b.tapped(c.tap, i, i+1)
+			c.tapped(b, i, i+1)
 		}
 		p := &b.pkts[i]
 		var d []byte
@@ -159,7 +163,7 @@ func (c *Conn) sendEach(b *SendBatch) error {
 			b.flat = b.packet(i, b.flat)
 			d = b.flat
 		}
-		_, _, err := c.uc.WriteMsgUDPAddrPort(d, nil, p.dst.AP)
+		_, _, err := c.source(p.src).uc.WriteMsgUDPAddrPort(d, nil, p.dst.AP)
 		switch {
 		case err == nil:
 			c.SendCalls.Add(1)
@@ -174,14 +178,14 @@ func (c *Conn) sendEach(b *SendBatch) error {
 
 // tapped hands datagrams i..j-1, which go out as one message (segments 0.. of a GSO send
 // if more than one), to tap.
-func (b *SendBatch) tapped(tap func(netip.AddrPort, uint16, [][]byte), i, j int) {
+func (c *Conn) tapped(b *SendBatch, i, j int) {
 	for k := i; k < j; k++ {
 		q := &b.pkts[k]
 		b.tapPieces = b.tapPieces[:0]
 		for _, v := range b.iovs[q.iov0:q.iov1] {
 			b.tapPieces = append(b.tapPieces, unsafe.Slice(v.Base, int(v.Len)))
 		}
-		tap(q.dst.AP, uint16(k-i), b.tapPieces)
+		c.tap(c.source(q.src).local, q.dst.AP, uint16(k-i), b.tapPieces)
 	}
 	clear(b.tapPieces)
 }

@@ -18,6 +18,7 @@ const (
 // equal-sized datagrams to the same destination as one GSO message.
 func (c *Conn) sendMmsg(b *SendBatch) error {
 	nm := 0
+	runStart, runSrc := 0, uint8(0) // the messages gathered for one socket, and which
 	gso := c.gso
 	for i := 0; i < len(b.pkts); {
 		p := &b.pkts[i]
@@ -26,7 +27,7 @@ func (c *Conn) sendMmsg(b *SendBatch) error {
 			seg, total := p.length, p.length
 			for j < len(b.pkts) && j-i < maxGSOSegments {
 				q := &b.pkts[j]
-				if q.dst != p.dst || q.length > seg || total+q.length > maxGSOBytes ||
+				if q.dst != p.dst || q.src != p.src || q.length > seg || total+q.length > maxGSOBytes ||
 					q.iov1-p.iov0 > maxIovPerMsg || b.pkts[j-1].length != seg {
 					break
 				}
@@ -38,8 +39,16 @@ func (c *Conn) sendMmsg(b *SendBatch) error {
 			b.segmentIDs(c.segID, i, j)
 		}
 		if c.tap != nil {
-			b.tapped(c.tap, i, j)
+			c.tapped(b, i, j)
 		}
+		if nm > runStart && p.src != runSrc {
+			// Another socket: what was gathered for the previous one goes first.
+			if err := c.source(runSrc).sendMsgs(b.msgs[runStart:nm]); err != nil {
+				return err
+			}
+			runStart = nm
+		}
+		runSrc = p.src
 		h := &b.msgs[nm].hdr
 		h.Name = (*byte)(unsafe.Pointer(&p.dst.raw))
 		h.Namelen = p.dst.rawLn
@@ -63,7 +72,7 @@ func (c *Conn) sendMmsg(b *SendBatch) error {
 		nm++
 		i = j
 	}
-	err := c.sendMsgs(b.msgs[:nm])
+	err := c.source(runSrc).sendMsgs(b.msgs[runStart:nm])
 	runtime.KeepAlive(b)
 	return err
 }

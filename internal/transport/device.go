@@ -26,6 +26,8 @@ type Config struct {
 	// Tap, if set, receives every packet the device sends and receives, as a link would
 	// carry it (see tap.go).
 	Tap *pcap.Writer
+	// SourcePorts is how many more UDP sockets the device sends from (see sourceFor).
+	SourcePorts int
 	// SocketBuffer, DisableGSO and DisableGRO tune the socket (see netio.Config).
 	SocketBuffer           int
 	DisableGSO, DisableGRO bool
@@ -197,7 +199,8 @@ func Open(cfg Config) (*Device, error) {
 	nc := netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
 		DisableGRO: cfg.DisableGRO, Faults: cfg.Faults, FaultFilter: cfg.FaultFilter,
-		SegmentID: wire.SegmentICRC, // segment i of a GSO send carries IPv4 identification i
+		SegmentID:   wire.SegmentICRC, // segment i of a GSO send carries IPv4 identification i
+		SourcePorts: cfg.SourcePorts,
 	}
 	if cfg.Tap != nil {
 		nc.Tap = tp.sent

@@ -118,6 +118,7 @@ type QP struct {
 	// pointing at the address they were built for.
 	peer      *netio.Addr
 	txFlow    wire.Flow
+	src       int // the device socket its packets leave from (netio source; see sourceFor)
 	sqdNotify bool
 
 	sq        []sendWQE
@@ -516,8 +517,12 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 		at.Peer, at.PeerSrcPort = peer.AP, a.PeerSrcPort
 		p := peer
 		q.peer = &p
+		q.src = 0
+		if a.PeerSrcPort == 0 {
+			q.src = sourceFor(q.qpn, q.dev.conn.Sources())
+		}
 		local := q.dev.local
-		q.txFlow = wire.Flow{Src: local.Addr(), Dst: peer.AP.Addr(), SrcPort: local.Port(), DstPort: peer.AP.Port(), DF: q.dev.v4}
+		q.txFlow = wire.Flow{Src: local.Addr(), Dst: peer.AP.Addr(), SrcPort: q.dev.conn.SourcePort(q.src), DstPort: peer.AP.Port(), DF: q.dev.v4}
 	}
 	if mask&MaskPathMTU != 0 {
 		at.PathMTU = a.PathMTU

@@ -251,7 +251,7 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 	bth.PadCnt = uint8(wire.PadFor(payLen))
 	bth.Put(hdr)
 	if w.ah != nil {
-		q.emitTo(b, &w.ah.addr, &w.ah.flow, hdr, pay, payLen)
+		q.emitTo(b, &w.ah.addr, &w.ah.flow, 0, hdr, pay, payLen)
 	} else {
 		q.emit(b, hdr, pay, payLen)
 	}

@@ -18,8 +18,8 @@ type tap struct {
 	local netip.AddrPort
 }
 
-func (t *tap) sent(dst netip.AddrPort, id uint16, pieces [][]byte) {
-	t.w.WriteUDP(time.Now(), &pcap.Datagram{Src: t.local, Dst: dst, ID: id, DF: true}, pieces...)
+func (t *tap) sent(src, dst netip.AddrPort, id uint16, pieces [][]byte) {
+	t.w.WriteUDP(time.Now(), &pcap.Datagram{Src: src, Dst: dst, ID: id, DF: true}, pieces...)
 }
 
 func (t *tap) received(from netip.AddrPort, id uint16, pkt []byte) {

@@ -30,17 +30,17 @@ func gather(segs [][]byte, off uint64, n int, dst [][]byte) [][]byte {
 
 // emit completes a packet to the QP's peer: pad, ICRC, and appends it to b.
 func (q *QP) emit(b *netio.SendBatch, hdr []byte, pay [][]byte, payLen int) {
-	q.emitTo(b, q.peer, &q.txFlow, hdr, pay, payLen)
+	q.emitTo(b, q.peer, &q.txFlow, q.src, hdr, pay, payLen)
 }
 
 // emitTo completes a packet to addr, whose flow the ICRC covers, and appends it to b.
-func (q *QP) emitTo(b *netio.SendBatch, addr *netio.Addr, flow *wire.Flow, hdr []byte, pay [][]byte, payLen int) {
+func (q *QP) emitTo(b *netio.SendBatch, addr *netio.Addr, flow *wire.Flow, src int, hdr []byte, pay [][]byte, payLen int) {
 	wire.SetMigReq(hdr)
 	pad := wire.PadFor(payLen)
 	trailer := b.Alloc(pad + wire.ICRCLen)
 	clear(trailer[:pad])
 	wire.PutICRC(trailer[pad:], flow.ICRCParts(hdr, pay, trailer[:pad]))
-	b.Begin(addr)
+	b.BeginFrom(addr, src)
 	b.Add(hdr)
 	for _, p := range pay {
 		b.Add(p)
@@ -87,4 +87,26 @@ func (q *QP) releaseTx() {
 	if q.destroyed {
 		q.txIdle.Broadcast()
 	}
+}
+
+// sourceFor picks the device socket (netio source) a QP's packets leave from, out of n:
+// RoCEv2 takes the UDP source port as a flow's entropy, one per QP, so that ECMP and
+// receive-side steering spread QPs. Only a QP that takes its peer's packets from any
+// source port (PeerSrcPort 0: a standard RoCEv2 peer, which takes any port in turn) sends
+// from one of the extra sockets, chosen by its number; one that pins its peer's port (a
+// softrnic peer, which pins this device's port in turn) sends from the device's own
+// socket (0).
+func sourceFor(qpn uint32, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := qpn * 0x9E3779B1 // spread consecutive numbers
+	return 1 + int(h>>16)%(n-1)
+}
+
+// SourcePort is the UDP port the QP's packets leave from.
+func (q *QP) SourcePort() uint16 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dev.conn.SourcePort(q.src)
 }
