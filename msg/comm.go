@@ -372,7 +372,8 @@ func (c *Comm) pump() bool {
 type waitable interface {
 	// finished reports whether it is done (any goroutine).
 	finished() bool
-	// signal returns a channel closed when it is done (progress lock held).
+	// signal returns a channel that is signalled (or closed) when it is done (progress
+	// lock held).
 	signal() <-chan struct{}
 }
 

@@ -35,7 +35,7 @@ type Status struct {
 type Request struct {
 	c      *Comm
 	done   atomic.Bool   // set under the progress lock, with status and err
-	sig    chan struct{} // made by a Wait that sleeps, closed when done (progress lock)
+	sig    chan struct{} // made by the first Wait that sleeps (kept by a pooled request), signalled when done (progress lock)
 	status Status
 	err    error
 
@@ -86,7 +86,7 @@ func (r *Request) finished() bool { return r.done.Load() }
 
 func (r *Request) signal() <-chan struct{} {
 	if r.sig == nil {
-		r.sig = make(chan struct{})
+		r.sig = make(chan struct{}, 1)
 	}
 	return r.sig
 }
@@ -100,16 +100,27 @@ func (r *Request) complete(err error) {
 	sig := r.sig
 	r.done.Store(true) // from here on the request may be released and reused: no more access
 	if sig != nil {
-		close(sig)
+		select {
+		case sig <- struct{}{}: // one sleeper at most: MPI waits for a request once
+		default:
+		}
 	}
 }
 
 // reqPool holds the requests of the blocking Send and Recv, which no caller sees.
 var reqPool = sync.Pool{New: func() any { return new(Request) }}
 
-// release gives a request of Send or Recv back: it is done, and nothing refers to it.
+// release gives a request of Send or Recv back: it is done, and nothing refers to it. Its
+// wake channel stays with it (emptied), so that a Wait that sleeps allocates nothing.
 func (r *Request) release() {
-	*r = Request{}
+	sig := r.sig
+	if sig != nil {
+		select {
+		case <-sig:
+		default:
+		}
+	}
+	*r = Request{sig: sig}
 	reqPool.Put(r)
 }
 
