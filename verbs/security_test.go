@@ -1,11 +1,13 @@
 package verbs_test
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/wire"
+	"github.com/softrnic/softrnic/internal/wire/wiretest"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -117,5 +119,55 @@ func TestAnySourcePort(t *testing.T) {
 	checkBytes(t, "receive buffer", dst.Buf()[:6], []byte("hashed"))
 	if k := a.qp.Counters(); k.WrongSource != 0 {
 		t.Errorf("WrongSource %d", k.WrongSource)
+	}
+}
+
+// An independent peer's requests: scapy builds RC SENDs whose ICRCs cover IPv4 headers
+// with random nonzero identifications (as Linux rxe sends them); sent from an ordinary UDP
+// socket to a QP connected to a standard peer at that socket's address, every one is
+// accepted and delivered.
+func TestScapyRequestsAnyIdentification(t *testing.T) {
+	a, b := newSides(t, pairConfig{CQE: 64})
+	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.ctx.Addr().Addr(), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	peer := uc.LocalAddr().(*net.UDPAddr).AddrPort()
+	epA, epB := a.qp.Endpoint(0x100), b.qp.Endpoint(0x200)
+	epB.AnySourcePort = true // a standard peer: packets come from the socket's own port
+	if err := a.qp.Connect(epA.PSN, epB, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	dst := mustReg(t, a.pd, make([]byte, n*64), verbs.AccessLocalWrite)
+	for i := 0; i < n; i++ {
+		mustPostRecv(t, a.qp, verbs.RecvWR{WRID: uint64(i), SGList: sge(dst, i*64, 64)})
+	}
+	pkts := wiretest.ScapySends(t, peer, a.ctx.Addr(), a.qp.QPNum(), 0x200, n)
+	nonzero := 0
+	for _, p := range pkts {
+		if p.IPID != 0 {
+			nonzero++
+		}
+		if _, err := uc.WriteToUDPAddrPort(p.Payload, a.ctx.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("scapy gave every packet identification 0")
+	}
+	for i := 0; i < n; i++ {
+		wc := pollOne(t, a.rcq)
+		if wc.Status != verbs.WCSuccess || wc.ByteLen != 32 || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	settle(a.ctx)
+	for i := 0; i < n; i++ {
+		checkBytes(t, "receive buffer", dst.Buf()[i*64:i*64+32], bytes.Repeat([]byte{byte(i + 1)}, 32))
+	}
+	if k := a.ctx.Counters(); k.ICRCErrors != 0 {
+		t.Errorf("%d ICRC errors", k.ICRCErrors)
 	}
 }
