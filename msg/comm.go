@@ -543,7 +543,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint8) *Request {
 
 // sendInto starts a send with request r.
 func (c *Comm) sendInto(r *Request, buf []byte, dest, tag int, ctxID uint8) {
-	*r = Request{c: c, send: true, buf: buf, peer: dest, tag: tag, ctx: ctxID}
+	*r = Request{c: c, sig: r.sig, send: true, buf: buf, peer: dest, tag: tag, ctx: ctxID} // a pooled request keeps its wake channel
 	if dest < 0 || dest >= c.size || tag < 0 {
 		r.complete(fmt.Errorf("msg: Isend to rank %d of %d with tag %d: invalid", dest, c.size, tag))
 		return
@@ -572,7 +572,7 @@ func (c *Comm) irecv(buf []byte, source, tag int, ctxID uint8) *Request {
 
 // recvInto starts a receive with request r.
 func (c *Comm) recvInto(r *Request, buf []byte, source, tag int, ctxID uint8) {
-	*r = Request{c: c, buf: buf, peer: source, tag: tag, ctx: ctxID}
+	*r = Request{c: c, sig: r.sig, buf: buf, peer: source, tag: tag, ctx: ctxID}
 	if source < AnySource || source >= c.size || tag < AnyTag {
 		r.complete(fmt.Errorf("msg: Irecv from rank %d of %d with tag %d: invalid", source, c.size, tag))
 		return

@@ -510,8 +510,9 @@ func (ch *CompChannel) TryGetCQEvent() (*CQ, bool) {
 		return nil, false
 	}
 	cq := ch.q[0]
-	ch.q[0] = nil
-	ch.q = ch.q[1:]
+	n := copy(ch.q, ch.q[1:]) // shifted in place: the queue keeps its storage (no allocation per event)
+	ch.q[n] = nil
+	ch.q = ch.q[:n]
 	if len(ch.q) > 0 {
 		select {
 		case ch.ready <- struct{}{}:
