@@ -3,11 +3,9 @@ package verbs_test
 import (
 	"encoding/binary"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/softrnic/softrnic/internal/pcap"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/internal/wire"
 	"github.com/softrnic/softrnic/internal/wire/wiretest"
@@ -60,15 +58,7 @@ func TestPcapTap(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, lt, err := pcap.ReadAll(f)
-	f.Close()
-	if err != nil || lt != pcap.LinkTypeRaw {
-		t.Fatalf("reading the capture: link type %d, %v", lt, err)
-	}
+	recs := wiretest.ReadCapture(t, file)
 	sent, received, segments := 0, 0, 0
 	for i, r := range recs {
 		ip := r.Data
@@ -135,15 +125,7 @@ func TestSourcePortPerQP(t *testing.T) {
 	if err := a.ctx.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, _, err := pcap.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := wiretest.ReadCapture(t, file)
 	sent := 0
 	for _, r := range recs {
 		if netip.AddrFrom4([4]byte(r.Data[12:16])) != a.ctx.Addr().Addr() {

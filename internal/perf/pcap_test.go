@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/netio"
-	"github.com/softrnic/softrnic/internal/pcap"
 	"github.com/softrnic/softrnic/internal/wire/wiretest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -44,15 +43,7 @@ func TestSuiteCapture(t *testing.T) {
 	if capture.Dropped() != 0 {
 		t.Fatalf("%d packets did not fit the capture", capture.Dropped())
 	}
-	f, err = os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, _, err := pcap.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := wiretest.ReadCapture(t, file)
 	ports := map[uint16]bool{}
 	segments := 0
 	for _, r := range recs {

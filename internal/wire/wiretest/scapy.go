@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/softrnic/softrnic/internal/pcap"
 )
 
 // ScapyICRC has scapy (Debian's python3-scapy, an implementation nobody here wrote) check
@@ -97,4 +99,20 @@ func ScapySends(t testing.TB, src, dst netip.AddrPort, destQP, psn uint32, n int
 		t.Fatalf("scapy built %d packets, want %d", len(pkts), n)
 	}
 	return pkts
+}
+
+// ReadCapture reads the raw-IP pcap capture in file (what a device's tap writes) and
+// returns its records; it fails the test on anything else.
+func ReadCapture(t testing.TB, file string) []pcap.Record {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, lt, err := pcap.ReadAll(f)
+	if err != nil || lt != pcap.LinkTypeRaw {
+		t.Fatalf("reading the capture %s: link type %d, %v", file, lt, err)
+	}
+	return recs
 }
