@@ -90,11 +90,7 @@ func TestStaleConnection(t *testing.T) {
 	// new communication ID.
 	req := mad.REQ{LocalCommID: 0x5157A1E, ServiceID: mad.ServiceID(testPort), LocalQPN: a.QP.QPNum(),
 		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), StartingPSN: 1, MaxCMRetries: 3}
-	h := mad.CMAHeader{SrcPort: 1, Src: da.Addr().Addr(), Dst: db.Addr().Addr()}
-	h.Put(req.PrivateData[:])
-	var b256 [mad.Size]byte
-	mad.Put(b256[:], 1, &req)
-	m.HandleMAD(da.Addr(), 1, b256[:])
+	injectREQ(m, da.Addr(), db, &req)
 	<-cb.Done()
 	if !errors.Is(cb.Err(), ErrDisconnected) {
 		t.Errorf("old connection: %v, want ErrDisconnected", cb.Err())
@@ -169,12 +165,8 @@ func TestSourcePortByPeerKind(t *testing.T) {
 	req := mad.REQ{LocalCommID: 0x57D, ServiceID: mad.ServiceID(testPort), LocalQPN: 0x1234,
 		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), StartingPSN: 1, MaxCMRetries: 3,
 		ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7}
-	h := mad.CMAHeader{SrcPort: 1, Src: da.Addr().Addr(), Dst: dc.Addr().Addr()}
-	h.Put(req.PrivateData[:])
-	var b256 [mad.Size]byte
-	mad.Put(b256[:], 1, &req)
 	m, _ := managerFor(dc)
-	m.HandleMAD(netip.AddrPortFrom(da.Addr().Addr(), 4791), 1, b256[:])
+	injectREQ(m, netip.AddrPortFrom(da.Addr().Addr(), 4791), dc, &req)
 	r, err := l.Accept(ctxT(t))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/mad"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -189,4 +190,14 @@ func collect(t *testing.T, accepted <-chan *Conn, n int) []*Conn {
 		t.Fatalf("%d connections accepted, want %d", len(out), n)
 	}
 	return out
+}
+
+// injectREQ hands m (the manager of device to) a ConnectRequest as if it came from src,
+// with the rdma_cm header naming both addresses.
+func injectREQ(m *manager, src netip.AddrPort, to *verbs.Context, req *mad.REQ) {
+	h := mad.CMAHeader{SrcPort: 1, Src: src.Addr(), Dst: to.Addr().Addr()}
+	h.Put(req.PrivateData[:])
+	var b [mad.Size]byte
+	mad.Put(b[:], 1, req)
+	m.HandleMAD(src, 1, b[:])
 }

@@ -548,14 +548,7 @@ func (c *Comm) sendInto(r *Request, buf []byte, dest, tag int, ctxID uint8) {
 		r.complete(fmt.Errorf("msg: Isend to rank %d of %d with tag %d: invalid", dest, c.size, tag))
 		return
 	}
-	c.pmu.Lock()
-	if c.down {
-		r.complete(ErrClosed)
-	} else {
-		c.startSend(r)
-		c.pump() // post it now
-	}
-	c.pmu.Unlock()
+	c.start(r)
 }
 
 // Irecv starts receiving into buf a message from source (or AnySource) with tag (or
@@ -577,13 +570,23 @@ func (c *Comm) recvInto(r *Request, buf []byte, source, tag int, ctxID uint8) {
 		r.complete(fmt.Errorf("msg: Irecv from rank %d of %d with tag %d: invalid", source, c.size, tag))
 		return
 	}
+	c.start(r)
+}
+
+// start hands a new request to the progress engine: a send is queued and posted at once,
+// a receive matched or posted; after Close it fails.
+func (c *Comm) start(r *Request) {
 	c.pmu.Lock()
-	if c.down {
+	defer c.pmu.Unlock()
+	switch {
+	case c.down:
 		r.complete(ErrClosed)
-	} else {
+	case r.send:
+		c.startSend(r)
+		c.pump() // post it now
+	default:
 		c.postRecv(r)
 	}
-	c.pmu.Unlock()
 }
 
 // Send sends buf to dest with tag and returns when buf may be reused (MPI_Send).
