@@ -434,6 +434,22 @@ func FuzzICRC(f *testing.F) {
 		if !fl.VerifyICRC(full) {
 			t.Fatalf("sealed packet does not verify (ICRC %08x, flow %+v)", c, fl)
 		}
+		// Whatever its identification, the receiver recovers it (IPv4), and a GSO segment's
+		// trailer made from identification 0's agrees with the ICRC computed directly.
+		_, _ = fl.VerifyICRCAnyID(pkt) // arbitrary input: must not panic
+		if fl.v4() {
+			if id, ok := fl.VerifyICRCAnyID(full); !ok || id != fl.IPID {
+				t.Fatalf("VerifyICRCAnyID = %d, %v; the identification is %d", id, ok, fl.IPID)
+			}
+			z := fl
+			z.IPID = 0
+			var tr [ICRCLen]byte
+			PutICRC(tr[:], z.ICRC(pkt))
+			SegmentICRC(tr[:], len(full), fl.IPID)
+			if !bytes.Equal(tr[:], full[len(pkt):]) {
+				t.Fatalf("SegmentICRC to identification %d: %x, want %x", fl.IPID, tr, full[len(pkt):])
+			}
+		}
 		// The same value from pieces: split the packet at a fuzzed point after the BTH.
 		split := BTHLen + int(bit%uint32(len(pkt)-BTHLen+1))
 		mid, tail := pkt[split:], []byte(nil)
