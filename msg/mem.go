@@ -7,9 +7,9 @@ import (
 )
 
 // Memory for rings and staging buffers. An enlargement must not wait for the operating
-// system: every fresh page costs a fault when it is first written (about 0.25 µs on bare
-// metal, 12 µs measured in this project's virtual machines: 400 µs for a 128 KiB ring, 20
-// small round trips). So the rank keeps a reserve: for each enlargement phase, Reserve
+// system: every fresh page costs a fault when it is first written (a fraction of a µs on
+// bare metal, 10-11 µs in this project's virtual machines: go test -run NONE -bench
+// FirstTouch ./verbs/; some 350 µs for a 128 KiB ring, twenty small round trips). So the rank keeps a reserve: for each enlargement phase, Reserve
 // spare rings and staging buffers, faulted in by Init, and refilled by a helper goroutine
 // a while after an enlargement took one; buffers that connections give back (a ring
 // replaced by a larger one) are kept for reuse up to the reserve's size. The reserve is
