@@ -540,6 +540,11 @@ func (rs *responder) pumpResponses(b *netio.SendBatch) bool {
 		r.queued = false
 		rs.pend = append(rs.pend[:0], rs.pend[1:]...)
 	}
+	if rs.nakHeld && rs.nakPSN.Before(rs.epsn) {
+		// The PSN it asks for has arrived and been taken since: the NAK is obsolete, and
+		// would only make the requester send again what was received.
+		rs.nakHeld = false
+	}
 	if rs.nakHeld {
 		if !b.Room(2, 64) {
 			return false
