@@ -270,7 +270,9 @@ func (r *rig) stepper(t *testing.T, m *Manager) func(per, ticks int) Stats {
 
 // The common path in one call: Start runs the manager, Consume reads and releases each
 // buffer; no Tick, Run, HandleEvent or Release by hand. Bursts far above the floor get
-// through (the manager refills between its measurements when the SRQ runs low).
+// through, and at the end the SRQ is topped up to the target with every buffer back. Whether
+// the manager's own refills (between its measurements) or the releases kept the SRQ fed
+// depends on the scheduler, so the test does not ask which.
 func TestStartConsume(t *testing.T) {
 	const n, per = 4, 200
 	r := newRig(t, n, 4096)
@@ -316,8 +318,8 @@ func TestStartConsume(t *testing.T) {
 	if bad != 0 {
 		t.Errorf("%d messages differ from what was sent", bad)
 	}
-	if s := m.Summary(); s.Refills == 0 || s.InUse != 0 {
-		t.Errorf("summary %+v: want refills and every buffer released", s)
+	if s := m.Summary(); s.InUse != 0 || s.Posted < s.Target {
+		t.Errorf("summary %+v: want every buffer released and the SRQ at its target", s)
 	}
 }
 
