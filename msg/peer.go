@@ -836,17 +836,17 @@ func (p *peer) writeAck(b []byte, slot int) {
 	p.ackBusy = true
 	out := p.ackMR.Buf()[ackOut : ackOut+len(b)]
 	copy(out, b)
-	err := p.qp.PostSend([]verbs.SendWR{
-		{WRID: wrAck, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{p.ackMR.SGE(ackOut, len(b))},
-			RemoteAddr: p.pAck + uint64(slot*ackSlotLen), RKey: p.pAckKey},
-		{WRID: wrNotify, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, RemoteAddr: p.pAck, RKey: p.pAckKey,
-			ImmData: imm(immAckNotify, p.gen, 0, slot)},
-	})
-	if err != nil {
+	// One WRITE with immediate: the acknowledgement lands in the slot, and its immediate
+	// data is the notification the sender reads the slot after (its completion orders the
+	// write before the read).
+	p.sge[0] = p.ackMR.SGE(ackOut, len(b))
+	p.wr[0] = verbs.SendWR{WRID: wrAck, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, SGList: p.sge[:],
+		RemoteAddr: p.pAck + uint64(slot*ackSlotLen), RKey: p.pAckKey, ImmData: imm(immAckNotify, p.gen, 0, slot)}
+	if err := p.qp.PostSend(p.wr[:]); err != nil {
 		p.down(err)
 		return
 	}
-	p.sqUsed += 2
+	p.sqUsed++
 }
 
 func trimZero(b []byte) []byte {
