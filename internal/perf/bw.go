@@ -3,7 +3,6 @@ package perf
 import (
 	"fmt"
 	"runtime"
-	"time"
 
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -44,7 +43,7 @@ func runBWClient(s *side, peer Info) (Result, error) {
 	sges := make([]verbs.SGE, postBatch)
 	wc := make([]verbs.WorkCompletion, 64)
 	done := 0
-	start := time.Now()
+	start := startClock()
 	for done < c.Iters {
 		for q, qp := range s.qps {
 			n := 0
@@ -102,7 +101,8 @@ func runBWClient(s *side, peer Info) (Result, error) {
 			}
 		}
 	}
-	r := bwResult(c, time.Since(start))
+	r := bwResult(c, start.elapsed())
+	start.account(c, &r)
 	r.Checked = c.Check
 	return r, nil
 }

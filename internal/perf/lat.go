@@ -100,11 +100,11 @@ func runPingPong(s *side, peer Info, client bool) (Result, error) {
 	src := s.slot(1)
 	samples := make([]int64, c.Iters)
 	deadline := time.Now().Add(time.Duration(total)*10*time.Millisecond + 30*time.Second)
-	var start time.Time
+	var start clock
 	// The first receives are posted before the peer can send (during setup).
 	for i := 0; i < total; i++ {
 		if client && i == total-c.Iters {
-			start = time.Now()
+			start = startClock()
 		}
 		t0 := time.Now()
 		if client {
@@ -158,7 +158,8 @@ func runPingPong(s *side, peer Info, client bool) (Result, error) {
 	if !client {
 		return Result{}, nil
 	}
-	r := latResult(c, samples, time.Since(start))
+	r := latResult(c, samples, start.elapsed())
+	start.account(c, &r)
 	r.Checked = c.Check
 	return r, nil
 }
@@ -191,10 +192,10 @@ func runOneSided(s *side, peer Info) (Result, error) {
 	}
 	samples := make([]int64, c.Iters)
 	deadline := time.Now().Add(time.Duration(total)*10*time.Millisecond + 30*time.Second)
-	var start time.Time
+	var start clock
 	for i := 0; i < total; i++ {
 		if i == total-c.Iters {
-			start = time.Now()
+			start = startClock()
 		}
 		t0 := time.Now()
 		if err := qp.PostSend(wr); err != nil {
@@ -219,7 +220,8 @@ func runOneSided(s *side, peer Info) (Result, error) {
 			}
 		}
 	}
-	r := latResult(c, samples, time.Since(start))
+	r := latResult(c, samples, start.elapsed())
+	start.account(c, &r)
 	r.Checked = c.Check
 	return r, nil
 }

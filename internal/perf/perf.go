@@ -120,8 +120,13 @@ type Result struct {
 	MsgRate  float64  `json:"msg_rate_Mpps"`
 	Lat      *Latency `json:"lat_us,omitempty"`
 	Seconds  float64  `json:"seconds"`
-	Checked  bool     `json:"checked,omitempty"`
-	Counters *Stats   `json:"counters,omitempty"`
+	// CPU time (user + system) of the process over the measured interval: both sides in a
+	// loopback run, the client's side otherwise. Per GiB of payload and per data packet.
+	CPUSeconds   float64 `json:"cpu_s,omitempty"`
+	CPUPerGiB    float64 `json:"cpu_s_per_GiB,omitempty"`
+	CPUPerPacket float64 `json:"cpu_us_per_pkt,omitempty"`
+	Checked      bool    `json:"checked,omitempty"`
+	Counters     *Stats  `json:"counters,omitempty"`
 	// Holes is, for each side of a weakly-ordered run with --stats, the moment with the
 	// most open holes seen while it ran.
 	Holes []HoleSample `json:"holes,omitempty"`

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The bars of the single-flow issue, from one run on this machine: softrnic (rperf,
+# loopback, both sides in one process) next to a plain Go UDP stream of 64 KB datagrams and
+# UCX over TCP, each measured RUNS times (default 3) in turns; medians and their ratios.
+#   bench/efficiency.sh              about 2 minutes a run on 2 cores
+#   RUNS=1 bench/efficiency.sh
+# CPU time per GiB is user + system of the one process holding both sides: rperf's own
+# (getrusage over the measured interval, --json cpu_s_per_GiB), and for the Go UDP stream
+# /usr/bin/time over the whole run. The peers come from ../shared/bench/peers.sh (PEERS=...
+# elsewhere); its Go baseline is built from the folder beside it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+peers=${PEERS:-../shared/bench/peers.sh}
+runs=${RUNS:-3}
+dur=5
+if [ ! -f "$peers" ]; then
+  echo "efficiency.sh: no peers script at $peers (point PEERS at ../shared/bench/peers.sh)" >&2
+  exit 1
+fi
+out=$(mktemp -d)
+go build -o "$out/rperf" ./cmd/rperf
+(cd "$(dirname "$peers")/gobaseline" && go build -o "$out/gobaseline" .)
+for i in $(seq "$runs"); do
+  # Go UDP: 64 KB datagrams, sender and receiver in one process; CPU over the whole run.
+  /usr/bin/time -f "%U %S" -o "$out/time.txt" "$out/gobaseline" -mode udp -size 65000 -batch 8 -d ${dur}s > "$out/udp.txt"
+  awk -v d=$dur 'NR==FNR {split($6,a,"="); gbps=a[2]; next} {cpu=$1+$2; gib=gbps*1e9*d/2^30; printf "udp %.1f %.4f\n", gbps*1000, cpu/gib}' \
+    "$out/udp.txt" "$out/time.txt" >> "$out/figures.txt"
+  "$out/rperf" write_bw --loopback -s 1M -n 500 > /dev/null # warm-up, discarded
+  "$out/rperf" write_bw --loopback -s 1M -n 6000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw %.1f %.4f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"]))' >> "$out/figures.txt"
+  "$out/rperf" send_lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("lat %.2f %.2f %.2f" % (r["lat_us"]["p50"], r["lat_us"]["p99"], r["lat_us"]["p999"]))' >> "$out/figures.txt"
+  # UCX over TCP tag_lat (and everything else peers.sh measures, kept in peers.txt).
+  bash "$peers" quick 2>/dev/null | tee -a "$out/peers.txt" | awk -F'\t' '$1=="ucx-tcp" && $2=="tag_lat" {print "ucx", $4}' >> "$out/figures.txt"
+done
+python3 - "$out/figures.txt" <<'PY'
+import statistics as st, sys
+rows = [l.split() for l in open(sys.argv[1])]
+def col(kind, i):
+    v = [float(r[i]) for r in rows if r[0] == kind]
+    return st.median(v) if v else None
+udp_bw, udp_cpu = col("udp", 1), col("udp", 2)
+wbw, wcpu = col("wbw", 1), col("wbw", 2)
+p50, p99, p999 = col("lat", 1), col("lat", 2), col("lat", 3)
+ucx = col("ucx", 1)
+def ratio(a, b):
+    return "–" if a is None or b is None else "%.2f" % (a / b)
+def fig(v, f):
+    return "–" if v is None else f % v
+print("| figure (medians of %d runs) | softrnic | reference | ratio | bar |" % max(1, len([r for r in rows if r[0] == "wbw"])))
+print("|---|---|---|---|---|")
+print("| write_bw -s 1M, MB/s, against a Go UDP 64 KB stream | %s | %s | %s | >= 0.8 |" % (fig(wbw, "%.0f"), fig(udp_bw, "%.0f"), ratio(wbw, udp_bw)))
+print("| CPU s per GiB (user + system, one process) | %s | %s | %s | <= 2 |" % (fig(wcpu, "%.3f"), fig(udp_cpu, "%.3f"), ratio(wcpu, udp_cpu)))
+print("| send_lat 8 B p50, us, against UCX over TCP tag_lat | %s | %s | %s | <= 1 |" % (fig(p50, "%.2f"), fig(ucx, "%.2f"), ratio(p50, ucx)))
+print("| send_lat 8 B p99 / p50 (p999 %s us) | %s | %s | %s | <= 3 |" % (fig(p999, "%.0f"), fig(p99, "%.2f"), fig(p50, "%.2f"), ratio(p99, p50)))
+PY
+echo "raw figures: $out"
