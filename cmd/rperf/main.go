@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 
@@ -75,6 +76,7 @@ flags:
 	var timeout uint
 	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	traceFile := fs.String("trace", "", "write a Go execution trace to this file (go tool trace FILE; -pprof=sched shows where goroutines waited for a processor)")
 	pcapFile := fs.String("pcap", "", "write every packet of the client's device to this pcap file, as its link carries it (tshark -r FILE; up to 256 MiB)")
 	ordering := fs.String("ordering", "ordered", "delivery mode to offer: ordered or weak (weak is used only if both sides offer it)")
 	fs.DurationVar(&o.cfg.BusyPoll, "busy-poll", 0, "how long each device's receive goroutine polls after traffic before sleeping (default 50us; negative: never)")
@@ -124,6 +126,16 @@ flags:
 			fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := trace.Start(f); err != nil {
+			fatal(err)
+		}
+		defer trace.Stop()
 	}
 	if *pcapFile != "" {
 		f, err := os.Create(*pcapFile)

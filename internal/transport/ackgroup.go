@@ -13,26 +13,58 @@ import (
 // opens devices that share consumers gives them one group (package verbs: one per
 // process).
 type AckGroup struct {
-	holding atomic.Int32 // len(set), read without mu on every poll
-	mu      mutex
-	set     map[*Device]struct{} // devices with an ACK held back
+	holding atomic.Int32 // members holding ACKs back, read on every poll
+	mu      mutex        // serialises joins and leaves
+	// members is the group, replaced (never modified) when a device joins or leaves, so
+	// that pollers read it without a lock: a lock taken on every poll by every polling
+	// goroutine made them queue on it and sleep (milliseconds of latency tail).
+	members atomic.Pointer[[]*Device]
 }
 
 // NewAckGroup returns an empty group.
 func NewAckGroup() *AckGroup {
-	return &AckGroup{set: map[*Device]struct{}{}, mu: mutex{rank: rankAckGroup}}
+	return &AckGroup{mu: mutex{rank: rankAckGroup}}
 }
 
-// hold adds d to the set of devices holding ACKs back (or removes it).
-func (g *AckGroup) hold(d *Device, held bool) {
+// join adds d to the group (Open).
+func (g *AckGroup) join(d *Device) {
 	g.mu.Lock()
-	if held {
-		g.set[d] = struct{}{}
-	} else {
-		delete(g.set, d)
+	defer g.mu.Unlock()
+	var m []*Device
+	if old := g.members.Load(); old != nil {
+		m = append(m, *old...)
 	}
-	g.holding.Store(int32(len(g.set)))
-	g.mu.Unlock()
+	m = append(m, d)
+	g.members.Store(&m)
+}
+
+// leave removes d from the group (Close).
+func (g *AckGroup) leave(d *Device) {
+	g.hold(d, false)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.members.Load()
+	if old == nil {
+		return
+	}
+	m := make([]*Device, 0, len(*old))
+	for _, o := range *old {
+		if o != d {
+			m = append(m, o)
+		}
+	}
+	g.members.Store(&m)
+}
+
+// hold records whether d holds ACKs back (d's rxMu held, or d closing).
+func (g *AckGroup) hold(d *Device, held bool) {
+	if d.holdingAcks.Swap(held) != held {
+		if held {
+			g.holding.Add(1)
+		} else {
+			g.holding.Add(-1)
+		}
+	}
 }
 
 // crossFlushAge is how long another device's ACK must have been held back before a
@@ -41,23 +73,18 @@ func (g *AckGroup) hold(d *Device, held bool) {
 const crossFlushAge = int64(5 * time.Microsecond)
 
 // flushOthers sends the ACKs held back for at least crossFlushAge by devices of the group
-// other than d, whose receive path is free (d's rxMu held).
+// other than d, whose receive path is free (d's rxMu held). It takes no lock but theirs,
+// and only if free.
 func (g *AckGroup) flushOthers(d *Device) {
 	if g.holding.Load() == 0 {
 		return
 	}
-	g.mu.Lock()
-	var others [8]*Device
-	n := 0
-	for o := range g.set {
-		if o != d && n < len(others) {
-			others[n] = o
-			n++
-		}
+	m := g.members.Load()
+	if m == nil {
+		return
 	}
-	g.mu.Unlock()
-	for _, o := range others[:n] {
-		if o.rxMu.TryLock() {
+	for _, o := range *m {
+		if o != d && o.holdingAcks.Load() && o.rxMu.TryLock() {
 			o.flushDeferredOlder(crossFlushAge)
 			o.rxMu.Unlock()
 		}

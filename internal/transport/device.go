@@ -120,7 +120,8 @@ type Device struct {
 
 	// acks is the set of devices whose held-back ACKs a goroutine polling this device
 	// also flushes (Config.AckGroup; a group of its own if none was given).
-	acks *AckGroup
+	acks        *AckGroup
+	holdingAcks atomic.Bool // d holds ACKs back (see AckGroup.hold)
 
 	timers timerQueue
 
@@ -228,6 +229,7 @@ func Open(cfg Config) (*Device, error) {
 	if d.acks = cfg.AckGroup; d.acks == nil {
 		d.acks = NewAckGroup()
 	}
+	d.acks.join(d)
 	d.timers.init(d)
 	d.wg.Add(2)
 	go d.rxLoop()
@@ -241,7 +243,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.timers.stop()
-	d.acks.hold(d, false)
+	d.acks.leave(d)
 	err := d.conn.Close()
 	d.wg.Wait()
 	return err
