@@ -85,7 +85,7 @@ func (g *AckGroup) flushOthers(d *Device) {
 	}
 	for _, o := range *m {
 		if o != d && o.holdingAcks.Load() && o.rxMu.TryLock() {
-			o.flushDeferredOlder(crossFlushAge)
+			o.flushDeferredOlder(crossFlushAge, true)
 			o.rxMu.Unlock()
 		}
 	}

@@ -457,17 +457,24 @@ const drainBatches = 8
 const ackDelay = 100 * time.Microsecond
 
 // flushDeferred sends ACKs still held back (rxMu held).
-func (d *Device) flushDeferred() { d.flushDeferredOlder(0) }
+func (d *Device) flushDeferred() { d.flushDeferredOlder(0, false) }
 
-// flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held).
-func (d *Device) flushDeferredOlder(minAge int64) {
+// flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held). With try
+// (another device's poller flushing for it) a QP whose lock is taken is left for later:
+// its own goroutine is busy with it.
+func (d *Device) flushDeferredOlder(minAge int64, try bool) {
 	if len(d.deferred) == 0 {
 		return
 	}
 	cutoff := d.now() - minAge + int64(ackDelay) // held since before now-minAge
 	kept := d.deferred[:0]
 	for _, q := range d.deferred {
-		q.mu.Lock()
+		if !try {
+			q.mu.Lock()
+		} else if !q.mu.TryLock() {
+			kept = append(kept, q)
+			continue
+		}
 		switch {
 		case !q.resp.ackDeferred || !q.resp.ackPending:
 			q.resp.ackDeferred = false

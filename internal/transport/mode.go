@@ -85,6 +85,8 @@ type mode interface {
 	// onTimer runs the mode's own timers (weak mode's loss probe) when the QP's timer
 	// fires; it reports whether the requester has packets to send.
 	onTimer(q *QP, now int64) bool
+	// probeDue reports whether the mode's own loss timer is due at now (q.mu held).
+	probeDue(now int64) bool
 	// resend makes the requester send again from psn: after an RNR wait, and after a local
 	// ACK timeout (with the retry already counted; timeout says which).
 	resend(q *QP, psn wire.PSN, timeout bool)

@@ -62,6 +62,7 @@ func (ordered) readSlot(*QP, *sendWQE, wire.PSN) bool                 { return t
 func (ordered) sent(*QP, uint64, *sendWQE, wire.PSN, wire.PSN, int64) {}
 func (ordered) rtoShift() uint8                                       { return 0 }
 func (ordered) onTimer(*QP, int64) bool                               { return false }
+func (ordered) probeDue(int64) bool                                   { return false }
 func (ordered) resend(q *QP, psn wire.PSN, _ bool)                    { q.req.rewind(psn) }
 func (ordered) holeCounts() (opened, closed uint64)                   { return 0, 0 }
 func (ordered) holes() Holes                                          { return Holes{} }

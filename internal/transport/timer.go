@@ -107,7 +107,7 @@ func (t *timerQueue) run() {
 		}
 		due := t.due
 		t.mu.Unlock()
-		if len(due) > 0 {
+		if t.lossDue(due) {
 			t.d.drainReceive()
 		}
 		for i, q := range due {
@@ -128,6 +128,25 @@ func (t *timerQueue) run() {
 			return
 		}
 	}
+}
+
+// lossDue reports whether one of the due QPs has a deadline due that declares a loss (a
+// local ACK timeout, a loss probe): then what waits in the socket is processed first (see
+// drainReceive). Most entries are held-back ACKs, or deadlines that have moved later;
+// taking the receive path for those made the timer goroutine queue on it behind every
+// polling consumer, thousands of times a second.
+func (t *timerQueue) lossDue(due []*QP) bool {
+	now := t.d.now()
+	for _, q := range due {
+		q.mu.Lock()
+		r := &q.req
+		loss := !q.destroyed && ((r.rtoAt != 0 && now >= r.rtoAt && r.outstanding()) || q.mode.probeDue(now))
+		q.mu.Unlock()
+		if loss {
+			return true
+		}
+	}
+	return false
 }
 
 // flushAckRelock sends a held-back ACK from a goroutine other than the receive path

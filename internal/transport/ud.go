@@ -159,6 +159,7 @@ func (ud) admit(*QP, *sendWQE, wire.PSN, wire.PSN) bool   { return true }
 func (ud) readSlot(*QP, *sendWQE, wire.PSN) bool          { return true }
 func (ud) rtoShift() uint8                                { return 0 }
 func (ud) onTimer(*QP, int64) bool                        { return false }
+func (ud) probeDue(int64) bool                            { return false }
 func (ud) resend(*QP, wire.PSN, bool)                     {}
 func (ud) holeCounts() (opened, closed uint64)            { return 0, 0 }
 func (ud) holes() Holes                                   { return Holes{} }

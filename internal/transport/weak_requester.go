@@ -255,6 +255,9 @@ func (ws *weakState) format(q *QP, w *sendWQE, idx uint32, last bool, off, n uin
 	return op, ooh, true, true
 }
 
+// probeDue reports whether the loss probe is due.
+func (ws *weakState) probeDue(now int64) bool { return ws.probeAt != 0 && now >= ws.probeAt }
+
 // onTimer runs the loss probe.
 func (ws *weakState) onTimer(q *QP, now int64) bool {
 	if ws.probeAt == 0 || q.req.rnrWait {
