@@ -106,6 +106,13 @@ type DeviceConfig struct {
 	// packet leaves from the device's port. A QP connected to a softrnic peer uses the
 	// device's port, which the peer checks.
 	SourcePorts int
+	// Queues is the number of receive queues, as a NIC has several: each a UDP socket on
+	// the device's address and port (SO_REUSEPORT) with its own receive goroutine and
+	// timers, the kernel steering every packet to the queue of its destination QP (a
+	// classic BPF program reads the BTH's destination QP: a NIC's receive-side scaling by
+	// QP). A QP lives on queue QPN mod Queues. 0: one for every two CPUs, at most 8
+	// (transport.DefaultQueues); where the kernel cannot steer (not Linux), always 1.
+	Queues int
 	// Capture, if set (and PcapFile is not), is a capture the device writes to; several
 	// devices may share one. The device does not close it.
 	Capture *PacketCapture
@@ -258,6 +265,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	d, err := transport.Open(transport.Config{
 		Tap:              tap,
 		SourcePorts:      srcPorts,
+		Queues:           cfg.Queues,
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
 		Faults:           faults,
 		FaultFilter:      cfg.filter,

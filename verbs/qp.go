@@ -581,6 +581,16 @@ type Counters struct {
 	// drops them; the transport's retransmission recovers) and sends that waited for
 	// socket buffer space.
 	SendErrors, SendBlocked uint64
+	// Device only: each receive queue's counters (DeviceConfig.Queues).
+	Queues []QueueCounters `json:",omitempty"`
+}
+
+// QueueCounters are one receive queue's counters: the packets its socket received
+// (RxPackets, RxBytes, in recvmmsg calls that returned datagrams: RecvCalls), and packets
+// for a QP of another queue (Misrouted: the kernel steers by QP, so only crafted or stale
+// packets; dropped and counted in UnknownQP).
+type QueueCounters struct {
+	RxPackets, RxBytes, RecvCalls, Misrouted uint64
 }
 
 func countersFrom(s transport.Stats) Counters {
@@ -642,7 +652,11 @@ func (c *Context) Counters() Counters {
 	f := c.dev.Conn().FaultCounters()
 	k.FaultsLost, k.FaultsReordered, k.FaultsDuplicated, k.FaultsCorrupted = f.Lost, f.Reordered, f.Duplicated, f.Corrupted
 	conn := c.dev.Conn()
-	k.SendCalls, k.RecvCalls, k.GSOSends = conn.SendCalls.Load(), conn.RecvCalls.Load(), conn.GSOSends.Load()
+	k.SendCalls, k.GSOSends = conn.SendCalls.Load(), conn.GSOSends.Load()
+	for _, q := range c.dev.QueueStats() {
+		k.RecvCalls += q.RecvCalls
+		k.Queues = append(k.Queues, QueueCounters{RxPackets: q.RxPackets, RxBytes: q.RxBytes, RecvCalls: q.RecvCalls, Misrouted: q.Misrouted})
+	}
 	k.SendErrors, k.SendBlocked = conn.SendErrors.Load(), conn.WriteBlocked.Load()
 	return k
 }

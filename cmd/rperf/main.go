@@ -64,6 +64,7 @@ flags:
 	fs.BoolVar(&o.all, "a", false, "run all sizes from 2 B to 8 MiB")
 	fs.IntVar(&o.cfg.MTU, "mtu", 4096, "path MTU: 256, 512, 1024, 2048 or 4096")
 	fs.IntVar(&o.cfg.QPs, "qps", 1, "number of queue pairs (bandwidth tests)")
+	fs.IntVar(&o.cfg.Queues, "queues", 0, "receive queues per device, each a socket with its own goroutines, packets steered by QP (default: one per two CPUs, at most 8; the client's applies to the server too)")
 	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
 	fs.BoolVar(&o.cfg.Check, "check", false, "verify every byte received or read")
 	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")
@@ -325,6 +326,19 @@ func (p *printer) print(r perf.Result) {
 			if c.WrongSource+c.WrongMode+c.UnknownQP+c.SendErrors+c.SendBlocked > 0 {
 				fmt.Printf("  %-6s dropped from other sources %d, of the other ordering mode %d, for unknown QPs %d; sends refused by the kernel %d, sends that waited for buffer space %d\n",
 					side.name, c.WrongSource, c.WrongMode, c.UnknownQP, c.SendErrors, c.SendBlocked)
+			}
+			if len(c.Queues) > 1 {
+				fmt.Printf("  %-6s queues:", side.name)
+				for i, q := range c.Queues {
+					fmt.Printf(" q%d rx %d pkts %d recvmmsg", i, q.RxPackets, q.RecvCalls)
+					if q.Misrouted > 0 {
+						fmt.Printf(" (%d misrouted)", q.Misrouted)
+					}
+					if i < len(c.Queues)-1 {
+						fmt.Print(",")
+					}
+				}
+				fmt.Println()
 			}
 			if c.SACKsSent+c.SACKsReceived > 0 || c.PlacedOutOfOrder > 0 {
 				fmt.Printf("  %-6s weak: placed out of order %d, holes opened/closed %d/%d, SACKs sent/recv %d/%d, selective retransmits %d, beyond span %d\n",

@@ -18,6 +18,7 @@
 package netio
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,6 +63,9 @@ type Config struct {
 	// port of its own, to send from (SendBatch.BeginFrom): RoCEv2 peers take the UDP
 	// source port as a flow's entropy, one per QP. They are never read.
 	SourcePorts int
+	// ReusePort binds with SO_REUSEPORT, so that several Conns share the address and
+	// port, one per receive queue of a device (see SteerByQP).
+	ReusePort bool
 
 	// portable makes Linux take the portable path that other systems take (one recvmsg
 	// or sendmsg per datagram, no GSO or GRO), so that its tests run there too. The
@@ -112,10 +116,21 @@ func Listen(cfg Config) (*Conn, error) {
 	if ip.Is6() {
 		network = "udp6"
 	}
-	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, cfg.Local.Port())))
+	lc := net.ListenConfig{}
+	if cfg.ReusePort {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) { serr = setReusePort(int(fd)) }); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(ip, cfg.Local.Port()).String())
 	if err != nil {
 		return nil, fmt.Errorf("netio: bind %v: %w", cfg.Local, err)
 	}
+	uc := pc.(*net.UDPConn)
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		uc.Close()
@@ -153,6 +168,22 @@ func Listen(cfg Config) (*Conn, error) {
 		c.faults = newInjector(cfg.Faults, cfg.FaultFilter, c)
 	}
 	return c, nil
+}
+
+// CheckPort binds local without SO_REUSEPORT and closes the socket again, returning the
+// address with the port the system chose if local's was 0. A reuse-port group is bound
+// after it: with SO_REUSEPORT a bind to a port another of the user's reuse-port groups
+// holds would join that group rather than fail (also for port 0, which Linux may pick
+// from ports such groups hold), and the two devices would share each other's traffic.
+func CheckPort(local netip.AddrPort) (netip.AddrPort, error) {
+	ip := local.Addr().Unmap()
+	uc, err := net.ListenUDP(map[bool]string{true: "udp4", false: "udp6"}[ip.Is4()], net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, local.Port())))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("netio: bind %v: %w", local, err)
+	}
+	ap := uc.LocalAddr().(*net.UDPAddr).AddrPort()
+	uc.Close()
+	return netip.AddrPortFrom(ip, ap.Port()), nil
 }
 
 // Sources returns how many sockets the Conn sends from: its own (source 0) and the
@@ -273,14 +304,26 @@ type mmsghdr struct {
 	n   uint32
 }
 
-// Doorbell wakes the goroutine sleeping in Serve: it sends an empty datagram to the socket
-// itself, which Poll returns like any other (the receiver skips empty datagrams from its
-// own address). It bypasses fault injection: a doorbell is not a packet.
-func (c *Conn) Doorbell() {
+// DoorbellLen is the length of a doorbell datagram: shorter than any RoCEv2 packet.
+const DoorbellLen = 8
+
+// IsDoorbell reports whether a datagram received by a Conn bound to local is a doorbell.
+func IsDoorbell(d []byte, from, local netip.AddrPort) bool {
+	return len(d) <= DoorbellLen && from == local
+}
+
+// Doorbell wakes the goroutine sleeping in Serve: it sends the socket itself a datagram of
+// DoorbellLen bytes, which Poll returns like any other (the receiver skips it: IsDoorbell).
+// Its bytes 4-7 hold key, big-endian, where a RoCEv2 header has its destination QP, so
+// that in a group steered by QP (SteerByQP) it reaches the socket that key's QPs go to.
+// It bypasses fault injection: a doorbell is not a packet.
+func (c *Conn) Doorbell(key uint32) {
 	if !c.acquire() {
 		return
 	}
 	defer c.release()
+	var bell [DoorbellLen]byte
+	binary.BigEndian.PutUint32(bell[4:], key)
 	var sa unix.Sockaddr
 	if c.v6 {
 		sa6 := &unix.SockaddrInet6{Port: int(c.local.Port())}
@@ -289,7 +332,7 @@ func (c *Conn) Doorbell() {
 	} else {
 		sa = &unix.SockaddrInet4{Port: int(c.local.Port()), Addr: c.local.Addr().As4()}
 	}
-	if unix.Sendto(c.fd, nil, 0, sa) != nil {
+	if unix.Sendto(c.fd, bell[:], 0, sa) != nil {
 		c.SendErrors.Add(1)
 	}
 }

@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"fmt"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -49,3 +50,40 @@ func (c *Conn) setup(cfg Config, bufsz int) error {
 // isAgain reports whether the raw calls' errno means that nothing is queued or that the
 // buffer is full.
 func isAgain(e syscall.Errno) bool { return e == unix.EAGAIN || e == unix.EWOULDBLOCK }
+
+// CanSteer reports whether SteerByQP can work here (Linux: classic BPF reuse-port
+// programs, since 4.5).
+const CanSteer = true
+
+// setReusePort lets sockets of this user share the address and port (before bind).
+func setReusePort(fd int) error {
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+}
+
+// SteerByQP attaches to c's reuse-port group (Conns bound to one address and port with
+// Config.ReusePort) a classic BPF program that hands each datagram to the group's socket
+// number DestQP mod queues, DestQP being the 24-bit destination QP of the RoCEv2 base
+// transport header that starts the UDP payload (bytes 5-7): a NIC's receive-side steering
+// by QP. Sockets are numbered in the order they were bound; a datagram too short to hold
+// a BTH goes to socket 0. It reports an error where the kernel lacks reuse-port programs.
+func (c *Conn) SteerByQP(queues int) error {
+	if queues < 1 || queues > 1<<16 {
+		return fmt.Errorf("netio: %d queues", queues)
+	}
+	// The program runs with the packet's data starting at the UDP payload.
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4},         // A = BTH bytes 4-7 (big-endian)
+		{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: 0xFFFFFF}, // A = DestQP
+		{Code: unix.BPF_ALU | unix.BPF_MOD | unix.BPF_K, K: uint32(queues)},
+		{Code: unix.BPF_RET | unix.BPF_A},
+	}
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if !c.acquire() {
+		return ErrClosed
+	}
+	defer c.release()
+	if err := unix.SetsockoptSockFprog(c.fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fp); err != nil {
+		return fmt.Errorf("netio: steering by QP (SO_ATTACH_REUSEPORT_CBPF): %w", err)
+	}
+	return nil
+}

@@ -2,7 +2,13 @@
 
 package netio
 
-import "golang.org/x/sys/unix"
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
 
 // setup sets the socket's options where Linux's are missing: socket buffers as large as
 // the system accepts up to bufsz, and don't-fragment where the system has a socket option
@@ -35,4 +41,18 @@ func setBuffer(fd, opt, want int) int {
 	}
 	got, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
 	return got
+}
+
+// CanSteer reports whether SteerByQP can work here: not on this system.
+const CanSteer = false
+
+// setReusePort lets sockets of this user share the address and port (before bind).
+func setReusePort(fd int) error {
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+}
+
+// SteerByQP is Linux's (a classic BPF reuse-port program); elsewhere a device keeps one
+// receive queue.
+func (c *Conn) SteerByQP(queues int) error {
+	return fmt.Errorf("netio: steering by QP on %s: %w", runtime.GOOS, errors.ErrUnsupported)
 }

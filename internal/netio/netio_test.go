@@ -279,14 +279,14 @@ func TestServeDoorbellClose(t *testing.T) {
 						return false
 					}
 					for i := 0; i < n; i++ {
-						if d, _, from := rb.Datagram(i); len(d) == 0 && from == b.LocalAddr() {
+						if d, _, from := rb.Datagram(i); IsDoorbell(d, from, b.LocalAddr()) {
 							rang <- struct{}{}
 						}
 					}
 				}
 			})
 		}()
-		b.Doorbell()
+		b.Doorbell(0)
 		select {
 		case <-rang:
 		case err := <-served:
@@ -316,7 +316,7 @@ func TestServeDoorbellClose(t *testing.T) {
 		if err := b.Send(sb); !errors.Is(err, ErrClosed) {
 			t.Errorf("Send after Close: %v", err)
 		}
-		b.Doorbell() // a no-op after Close
+		b.Doorbell(0) // a no-op after Close
 	})
 }
 

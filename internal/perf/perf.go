@@ -19,14 +19,17 @@ var Tests = []string{"write_bw", "read_bw", "send_bw", "write_lat", "read_lat", 
 
 // Config describes one benchmark run.
 type Config struct {
-	Test    string `json:"test"`
-	Size    int    `json:"size"`     // message size in bytes
-	Iters   int    `json:"iters"`    // measured iterations (after warm-up)
-	MTU     int    `json:"mtu"`      // path MTU in bytes
-	QPs     int    `json:"qps"`      // queue pairs
-	TxDepth int    `json:"tx_depth"` // outstanding work requests per QP (bandwidth tests)
-	Check   bool   `json:"check"`
-	Timeout uint8  `json:"timeout"` // local ACK timeout code
+	Test  string `json:"test"`
+	Size  int    `json:"size"`  // message size in bytes
+	Iters int    `json:"iters"` // measured iterations (after warm-up)
+	MTU   int    `json:"mtu"`   // path MTU in bytes
+	QPs   int    `json:"qps"`   // queue pairs
+	// Queues is each device's receive queues (verbs.DeviceConfig.Queues; 0: its default).
+	// A client's applies to the server too.
+	Queues  int   `json:"queues,omitempty"`
+	TxDepth int   `json:"tx_depth"` // outstanding work requests per QP (bandwidth tests)
+	Check   bool  `json:"check"`
+	Timeout uint8 `json:"timeout"` // local ACK timeout code
 	// Device settings (each side uses its own).
 	Faults   *verbs.Faults `json:"-"`
 	Window   int           `json:"-"`

@@ -59,7 +59,7 @@ func newSide(c *Config, ctx *verbs.Context, addr netip.Addr, port int, capture *
 	s := &side{cfg: c, slots: slotsFor(c), qpIdx: map[uint32]int{}}
 	if ctx == nil {
 		var err error
-		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Faults: c.Faults, Window: c.Window, BusyPoll: c.BusyPoll, Capture: capture})
+		ctx, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: port, Queues: c.Queues, Faults: c.Faults, Window: c.Window, BusyPoll: c.BusyPoll, Capture: capture})
 		if err != nil {
 			return nil, err
 		}

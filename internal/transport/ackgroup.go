@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// AckGroup is a set of devices that flush each other's held-back ACKs. While a consumer
+// AckGroup is a set of devices (their receive queues) that flush each other's held-back
+// ACKs. While a consumer
 // polls a device, the receive path holds ACKs back for up to ackDelay so that they ride
 // along with the consumer's next send; a goroutine that polls one device of a group also
 // sends the ACKs another device of the group has held back for a while, so that a program
@@ -18,7 +19,7 @@ type AckGroup struct {
 	// members is the group, replaced (never modified) when a device joins or leaves, so
 	// that pollers read it without a lock: a lock taken on every poll by every polling
 	// goroutine made them queue on it and sleep (milliseconds of latency tail).
-	members atomic.Pointer[[]*Device]
+	members atomic.Pointer[[]*queue]
 }
 
 // NewAckGroup returns an empty group.
@@ -26,11 +27,11 @@ func NewAckGroup() *AckGroup {
 	return &AckGroup{mu: mutex{rank: rankAckGroup}}
 }
 
-// join adds d to the group (Open).
-func (g *AckGroup) join(d *Device) {
+// join adds a device's queue d to the group (Open).
+func (g *AckGroup) join(d *queue) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var m []*Device
+	var m []*queue
 	if old := g.members.Load(); old != nil {
 		m = append(m, *old...)
 	}
@@ -38,8 +39,8 @@ func (g *AckGroup) join(d *Device) {
 	g.members.Store(&m)
 }
 
-// leave removes d from the group (Close).
-func (g *AckGroup) leave(d *Device) {
+// leave removes a device's queue d from the group (Close).
+func (g *AckGroup) leave(d *queue) {
 	g.hold(d, false)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -47,7 +48,7 @@ func (g *AckGroup) leave(d *Device) {
 	if old == nil {
 		return
 	}
-	m := make([]*Device, 0, len(*old))
+	m := make([]*queue, 0, len(*old))
 	for _, o := range *old {
 		if o != d {
 			m = append(m, o)
@@ -56,8 +57,8 @@ func (g *AckGroup) leave(d *Device) {
 	g.members.Store(&m)
 }
 
-// hold records whether d holds ACKs back (d's rxMu held, or d closing).
-func (g *AckGroup) hold(d *Device, held bool) {
+// hold records whether queue d holds ACKs back (d's rxMu held, or its device closing).
+func (g *AckGroup) hold(d *queue, held bool) {
 	if d.holdingAcks.Swap(held) != held {
 		if held {
 			g.holding.Add(1)
@@ -72,10 +73,10 @@ func (g *AckGroup) hold(d *Device, held bool) {
 // own consumer's next send).
 const crossFlushAge = int64(5 * time.Microsecond)
 
-// flushOthers sends the ACKs held back for at least crossFlushAge by devices of the group
-// other than d, whose receive path is free (d's rxMu held). It takes no lock but theirs,
+// flushOthers sends the ACKs held back for at least crossFlushAge by the queues of the
+// group other than d, whose receive path is free (d's rxMu held). It takes no lock but theirs,
 // and only if free.
-func (g *AckGroup) flushOthers(d *Device) {
+func (g *AckGroup) flushOthers(d *queue) {
 	if g.holding.Load() == 0 {
 		return
 	}

@@ -78,7 +78,7 @@ func (c *completer) handleAck(p *wire.Packet) {
 			}
 			r.nakRepeat, r.lastNakPSN = true, psn
 			q.req.rewind(r.una) // psn, unless READ responses before it are missing
-			q.dev.queueKick(q)
+			q.home.queueKick(q)
 			return
 		}
 		c.fatalNAK(code)
@@ -155,7 +155,7 @@ func (c *completer) progress() {
 		q.req.rewind(r.una)
 	}
 	q.req.restartRTO()
-	q.dev.queueKick(q)
+	q.home.queueKick(q)
 }
 
 // completeSend retires the WQE at the tail successfully.
@@ -191,7 +191,7 @@ func (c *completer) goBackOnce() {
 	r := &q.req
 	if !(r.rewound && r.rewindPSN == r.una) {
 		q.req.rewind(r.una)
-		q.dev.queueKick(q)
+		q.home.queueKick(q)
 	}
 }
 

@@ -1,9 +1,10 @@
 // Package transport is softrnic's "hardware": the per-device engine that moves RoCEv2
 // packets between UDP sockets and registered memory. It holds the queue-pair state
 // machines (requester, completer, responder), completion queues, receive queues, the
-// retransmission timers and the counters, and is driven by one receive goroutine per device
-// plus whichever goroutine posts work or polls a completion queue (run to completion, no
-// per-packet hand-offs).
+// retransmission timers and the counters, and is driven by one receive goroutine per
+// receive queue of a device (queue.go: a socket each, the kernel steering every packet to
+// the queue of its destination QP) plus whichever goroutine posts work or polls a
+// completion queue (run to completion, no per-packet hand-offs).
 //
 // The public verbs API (package verbs) wraps it the way a libibverbs provider wraps a NIC:
 // it validates calls, converts work requests to WQEs and CQEs to work completions.
@@ -13,13 +14,13 @@
 // After DeregMR returns, no operation on behalf of a peer reads or writes the region's
 // memory. The engine does it by revocation and a barrier, not by looking the key up for
 // every packet: every access to registered memory on behalf of a peer (placing a WRITE or
-// SEND, producing a READ response, executing an atomic) happens while the device's receive
-// path is held (rxMu); whatever keeps a region across packets — a multi-packet WRITE in
+// SEND, producing a READ response, executing an atomic) happens while the receive path of
+// the QP's queue is held (queue.rxMu); whatever keeps a region across packets — a multi-packet WRITE in
 // progress, the responder's READ and atomic resources (replayed for duplicate requests),
 // weak mode's held READs and atomics, a receive WQE bound to a message — keeps the
 // *tpt.Region with the memory and asks Region.Revoked before each access. Deregistration
-// marks the region revoked, then Device.Quiesce waits for the receive path to be released
-// once: an access that checked the region before it was revoked has then finished, and every
+// marks the region revoked, then Device.Quiesce waits for each queue's receive path to be
+// released once: an access that checked the region before it was revoked has then finished, and every
 // later one sees the revocation. The message it interrupts ends with a NAK (remote access
 // error for WRITE, READ and atomics; remote operational error and a local protection error
 // completion for a SEND's receive buffer) and the QP in ERR, as for a key that was never
@@ -32,17 +33,21 @@
 // never the other way round (a goroutine holding a lock on the right never waits for one on
 // its left):
 //
-//	Device.rxMu → QP.mu → RecvQueue.mu, CQ.mu, Device.atomicMu, timerQueue.mu, AckGroup.mu, tpt.Table.mu
+//	queue.rxMu → QP.mu → RecvQueue.mu, CQ.mu, Device.atomicMu, timerQueue.mu, AckGroup.mu, tpt.Table.mu
 //
 // Device.qpMu (the QP table) is taken alone or under rxMu, never with a QP's lock held.
-// Another device's rxMu is only ever TryLocked under one's own (AckGroup.flushOthers).
+// Another queue's rxMu (of the same device or another) is only ever TryLocked under one's
+// own (AckGroup.flushOthers), and a QP's lock from there too. Quiesce and the tests take
+// a device's queues' rxMu one after another, in queue order, holding no other lock.
 // The locks after QP.mu are leaves: nothing else is taken while one of them is held, and
 // no callback runs under them.
 //
-//   - Device.rxMu guards the receive path's state (the batches being received and built,
+//   - queue.rxMu guards a receive queue's state (the batches being received and built,
 //     the lists of QPs with ACKs, responses and requester work pending, held-back ACKs).
-//     Whoever processes packets holds it: the receive goroutine, or a consumer polling a
-//     CQ (Device.Progress, which only TryLocks it). It is held across the sendmmsg of the
+//     Whoever processes the queue's packets holds it: its receive goroutine, its timer
+//     goroutine draining the socket before a loss timeout, or a consumer polling a CQ
+//     (Device.Progress, which only TryLocks it). A QP's packets are processed only under
+//     its own queue's rxMu (QP.home): a packet that reaches another queue is dropped. It is held across the sendmmsg of the
 //     receive path's own batch, never across a socket read that can block.
 //   - QP.mu guards everything in a QP below the line "mu" in its declaration, including
 //     the requester, responder, weak-mode and limit-queue state. It is never held across a
@@ -65,5 +70,5 @@
 // Memory of a QP that is reached without QP.mu: its packets in flight in a batch being sent
 // (they reference registered memory and the peer's address, which ModifyQP replaces rather
 // than modifies) — Destroy returns only when no goroutine owns the QP's transmission and
-// the receive path has been released once (Device.Quiesce).
+// every queue's receive path has been released once (Device.Quiesce).
 package transport

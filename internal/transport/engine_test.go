@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -21,6 +22,9 @@ type side struct {
 func openSide(t testing.TB, ip string, cfg Config) *side {
 	t.Helper()
 	cfg.Local = netip.AddrPortFrom(netip.MustParseAddr(ip), 0)
+	if cfg.Queues == 0 {
+		cfg.Queues = 1 // tests that hold the receive path or inject packets use q0
+	}
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -81,11 +85,34 @@ func waitCQE(t testing.TB, cq *CQ, n int) []CQE {
 	return out
 }
 
+// q0 is the device's first receive queue: its only one in the tests that hold the
+// receive path or inject packets (openSide opens one unless told otherwise).
+func (d *Device) q0() *queue { return d.queues[0] }
+
 // placed runs fn while d's receive path is stopped: every placement into d's memory
-// happens under rxMu, so this orders fn after them (for the race detector too).
+// happens under a queue's rxMu, so this orders fn after them (for the race detector too).
 func placed(d *Device, fn func() bool) bool {
-	d.rxMu.Lock()
-	defer d.rxMu.Unlock()
+	// All queues at once: the first locked, the others tried (a goroutine holding one
+	// queue's rxMu only ever tries another's), all released and tried again if one is busy.
+	for locked := false; !locked; {
+		d.queues[0].rxMu.Lock()
+		locked = true
+		for i, u := range d.queues[1:] {
+			if !u.rxMu.TryLock() {
+				for _, v := range d.queues[:i+1] {
+					v.rxMu.Unlock()
+				}
+				locked = false
+				runtime.Gosched()
+				break
+			}
+		}
+	}
+	defer func() {
+		for _, u := range d.queues {
+			u.rxMu.Unlock()
+		}
+	}()
 	return fn()
 }
 
@@ -99,15 +126,17 @@ func reg(t testing.TB, d *Device, b []byte) *tpt.Region {
 func TestEngineOps(t *testing.T) {
 	for _, mode := range []Ordering{Ordered, Weak} {
 		for _, faults := range []string{"", "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01,seed=3"} {
-			t.Run(mode.String()+"/faults="+faults, func(t *testing.T) { engineOps(t, mode, faults) })
+			t.Run(mode.String()+"/faults="+faults, func(t *testing.T) { engineOps(t, mode, faults, 1) })
 		}
+		// The same on devices with three receive queues (the QPs on any of them).
+		t.Run(mode.String()+"/queues=3", func(t *testing.T) { engineOps(t, mode, "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01,seed=3", 3) })
 	}
 }
 
-func engineOps(t *testing.T, mode Ordering, faults string) {
+func engineOps(t *testing.T, mode Ordering, faults string, queues int) {
 	{
 		{
-			var cfg Config
+			cfg := Config{Queues: queues}
 			if faults != "" {
 				cfg.Faults.Loss, cfg.Faults.Reorder, cfg.Faults.Dup, cfg.Faults.Corrupt, cfg.Faults.Seed = 0.05, 0.05, 0.02, 0.01, 3
 			}

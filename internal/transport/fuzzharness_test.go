@@ -64,13 +64,13 @@ const maxFuzzPackets = 48
 func feed(d *Device, q *QP, pkt []byte, from netip.AddrPort, flush bool) (refused bool) {
 	before, st := q.Stats(), q.State()
 	func() {
-		d.rxMu.Lock()
-		defer d.rxMu.Unlock()
-		rx := d.rx
-		d.input(pkt, from)
-		refused = d.rx.icrc+d.rx.malformed+d.rx.pkey+d.rx.unknownQP != rx.icrc+rx.malformed+rx.pkey+rx.unknownQP
+		d.q0().rxMu.Lock()
+		defer d.q0().rxMu.Unlock()
+		rx := d.q0().rx
+		d.q0().input(pkt, from)
+		refused = d.q0().rx.icrc+d.q0().rx.malformed+d.q0().rx.pkey+d.q0().rx.unknownQP != rx.icrc+rx.malformed+rx.pkey+rx.unknownQP
 		if flush {
-			d.finishBatch()
+			d.q0().finishBatch()
 		}
 	}()
 	after := q.Stats()
@@ -97,9 +97,9 @@ func weakFeed(d *Device, q *QP, pkt []byte, from netip.AddrPort, flush bool) (re
 }
 
 func finish(d *Device) {
-	d.rxMu.Lock()
-	d.finishBatch()
-	d.rxMu.Unlock()
+	d.q0().rxMu.Lock()
+	d.q0().finishBatch()
+	d.q0().rxMu.Unlock()
 }
 
 // watchdog turns an execution that never ends (an infinite loop in the engine) into a
@@ -136,18 +136,18 @@ func liveWriteMode(t testing.TB, from, to *Device, src, dst []byte, msrc, mdst *
 	for i := range src {
 		src[i] = byte(i*13 + seq)
 	}
-	to.rxMu.Lock() // see below
+	to.q0().rxMu.Lock() // see below
 	clear(dst)
-	to.rxMu.Unlock()
+	to.q0().rxMu.Unlock()
 	_, err := sa.qp.PostSend([]SendWR{{WRID: 77, Opcode: WRWrite, Flags: FlagSignaled, RemoteAddr: mdst.IOVA(), RKey: mdst.Key(),
 		SG: []SGE{{Addr: msrc.IOVA(), Length: uint32(len(src)), LKey: msrc.Key()}}}})
 	must(t, err)
 	c := waitCQE(t, sa.cq, 1)[0]
 	// The responder placed the data under its rxMu; taking it orders that write before the
 	// comparison (for the race detector, which cannot see the ordering the ACK gives).
-	to.rxMu.Lock()
+	to.q0().rxMu.Lock()
 	equal := bytes.Equal(src, dst)
-	to.rxMu.Unlock()
+	to.q0().rxMu.Unlock()
 	if c.Status != StatusSuccess || !equal {
 		t.Fatalf("device no longer works: RDMA WRITE on a fresh QP pair: %+v, data equal %v\nrequester QP %+v\nresponder QP %+v\nrequester device %+v\nresponder device %+v",
 			c, equal, sa.qp.Stats(), sb.qp.Stats(), from.Stats(), to.Stats())

@@ -79,10 +79,10 @@ func FuzzUDReceivePath(f *testing.F) {
 			}
 		}, payload)
 		qkeyErrs, sent0 := q.Stats().QKeyErrors, sent.Load()
-		b.d.rxMu.Lock()
-		b.d.input(pkt, from)
-		b.d.finishBatch()
-		b.d.rxMu.Unlock()
+		b.d.q0().rxMu.Lock()
+		b.d.q0().input(pkt, from)
+		b.d.q0().finishBatch()
+		b.d.q0().rxMu.Unlock()
 
 		for k := 0; k < guard; k++ {
 			if mem[k] != fillByte || mem[len(mem)-1-k] != fillByte {

@@ -338,11 +338,11 @@ func TestReadResponsesBudgeted(t *testing.T) {
 	// The test is the responder's receive path: hold it, so that the device's own receive
 	// goroutine (which also sends pending rounds) cannot run rounds in between.
 	d := rg.b.d
-	d.rxMu.Lock()
-	defer d.rxMu.Unlock()
+	d.q0().rxMu.Lock()
+	defer d.q0().rxMu.Unlock()
 	deliver := func(to, from *side, pkt []byte) {
-		d.input(pkt, from.d.LocalAddr())
-		d.finishBatch()
+		d.q0().input(pkt, from.d.LocalAddr())
+		d.q0().finishBatch()
 	}
 	for i := uint32(0); i < 4; i++ {
 		op := wire.OpReadRequest
@@ -393,7 +393,7 @@ func TestReadResponsesBudgeted(t *testing.T) {
 	// The rest goes out round by round.
 	total := before + during
 	for i := 0; i < 4096 && total < 4096; i++ {
-		d.finishBatch()
+		d.q0().finishBatch()
 		n, _ := responses(rg.sent(rg.b.d))
 		total += n
 	}

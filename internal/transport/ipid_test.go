@@ -42,9 +42,9 @@ func TestAnyIPv4Identification(t *testing.T) {
 			t.Fatalf("WRITE %d not placed", i)
 		}
 	}
-	b.d.rxMu.Lock()
-	icrc := b.d.rx.icrc
-	b.d.rxMu.Unlock()
+	b.d.q0().rxMu.Lock()
+	icrc := b.d.q0().rx.icrc
+	b.d.q0().rxMu.Unlock()
 	if icrc != 100 {
 		t.Errorf("%d ICRC errors counted, want 100 (the corrupted copies)", icrc)
 	}

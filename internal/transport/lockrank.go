@@ -10,7 +10,7 @@ type lockRank uint8
 
 // The lock order, in one place.
 const (
-	rankRx       lockRank = iota + 1 // Device.rxMu: the receive path
+	rankRx       lockRank = iota + 1 // queue.rxMu: a receive queue's path
 	rankQPTable                      // Device.qpMu: the QP table
 	rankQP                           // QP.mu
 	rankRecvQ                        // RecvQueue.mu
@@ -20,7 +20,7 @@ const (
 	rankAckGroup                     // AckGroup.mu
 )
 
-var rankNames = [...]string{rankRx: "Device.rxMu", rankQPTable: "Device.qpMu", rankQP: "QP.mu",
+var rankNames = [...]string{rankRx: "queue.rxMu", rankQPTable: "Device.qpMu", rankQP: "QP.mu",
 	rankRecvQ: "RecvQueue.mu", rankCQ: "CQ.mu", rankAtomic: "Device.atomicMu", rankTimers: "timerQueue.mu",
 	rankAckGroup: "AckGroup.mu"}
 

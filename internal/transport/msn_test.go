@@ -58,12 +58,12 @@ func TestResponseMSN(t *testing.T) {
 		write(4),
 	}
 	d := b.d
-	d.rxMu.Lock()
+	d.q0().rxMu.Lock()
 	for _, p := range pkts {
-		d.input(p, a.d.LocalAddr())
+		d.q0().input(p, a.d.LocalAddr())
 	}
-	d.finishBatch()
-	d.rxMu.Unlock()
+	d.q0().finishBatch()
+	d.q0().rxMu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	if got, ok := msn[wire.OpReadResponseOnly]; !ok || got != 2 {

@@ -99,6 +99,7 @@ type QP struct {
 	sendCQ     *CQ
 	recvCQ     *CQ
 	rq         *RecvQueue
+	home       *queue // the receive queue the QP lives on (see queue), set with qpn
 	srq        bool
 	sigAll     bool
 	maxSendSGE int
@@ -224,7 +225,7 @@ func (q *QP) Destroy() {
 	q.mu.Unlock()
 	// Whoever holds the receive path sends what it built before releasing it.
 	q.dev.Quiesce()
-	q.dev.timers.cancel(q)
+	q.home.timers.cancel(q)
 	q.dev.freeQPN(q)
 }
 
@@ -660,7 +661,7 @@ func (q *QP) flush(first uint8, verr uint32) {
 		q.mode.flushTaken(q)
 		q.dev.raise(Event{Type: EventQPLastWQE, QP: q, Detail: "QP on an SRQ entered the error state"})
 	}
-	q.dev.timers.cancel(q)
+	q.home.timers.cancel(q)
 }
 
 func wcOpcode(op uint8) uint8 {

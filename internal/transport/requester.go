@@ -304,7 +304,7 @@ func (r *requester) armRTO() {
 	if r.rtoAt == 0 {
 		to <<= q.mode.rtoShift()
 		r.rtoAt = q.dev.now() + int64(to)
-		q.dev.timers.arm(q, r.rtoAt)
+		q.home.timers.arm(q, r.rtoAt)
 	}
 }
 

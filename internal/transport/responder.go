@@ -446,7 +446,7 @@ func (rs *responder) queueResource(i int) {
 		rs.res[i].queued = true
 		rs.pend = append(rs.pend, i)
 	}
-	q.dev.queueResp(q)
+	q.home.queueResp(q)
 }
 
 // executeAtomic runs an atomic on the 8 bytes of mem — fetch-and-add of swapAdd, or
@@ -506,15 +506,15 @@ func (rs *responder) requestAck(p *wire.Packet) {
 	rs.sinceAck++
 	if p.BTH.AckReq {
 		rs.ackPending = true
-		d := q.dev
-		if rs.sinceAck >= d.cfg.Window/4 && !rs.pumping() && d.rxOut.Room(2, 64) {
-			rs.sendAck(d.rxOut)
-			d.flushNow = true
+		u := q.home
+		if rs.sinceAck >= q.dev.cfg.Window/4 && !rs.pumping() && u.rxOut.Room(2, 64) {
+			rs.sendAck(u.rxOut)
+			u.flushNow = true
 			return
 		}
-		d.queueAck(q)
+		u.queueAck(q)
 	} else if rs.ackPending {
-		q.dev.queueAck(q)
+		q.home.queueAck(q)
 	}
 }
 
@@ -558,7 +558,7 @@ func (rs *responder) pumpResponses(b *netio.SendBatch) bool {
 		rs.sendAETH(b, rs.nakSyn, rs.nakPSN)
 	}
 	if rs.ackPending {
-		q.dev.queueAck(q)
+		q.home.queueAck(q)
 	}
 	return true
 }
@@ -636,7 +636,7 @@ func (rs *responder) sendNak(syn uint8, psn wire.PSN) {
 		q.stats.NAKsSent++
 	}
 	rs.ackPending = false
-	rs.sendAETH(q.dev.rxOut, syn, psn)
+	rs.sendAETH(q.home.rxOut, syn, psn)
 }
 
 func (rs *responder) sendAETH(b *netio.SendBatch, syn uint8, psn wire.PSN) {

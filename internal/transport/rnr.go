@@ -35,7 +35,7 @@ func (q *QP) startRNRWait(psn wire.PSN, syn uint8) {
 	r.rnrWait, r.rnrPSN = true, psn
 	r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
 	r.rtoAt = 0
-	q.dev.timers.arm(q, r.rnrUntil)
+	q.home.timers.arm(q, r.rnrUntil)
 }
 
 // endRNRWait ends the RNR wait if its time has come (now, device time), making the
@@ -44,7 +44,7 @@ func (q *QP) startRNRWait(psn wire.PSN, syn uint8) {
 func (q *QP) endRNRWait(now int64) bool {
 	r := &q.req
 	if now < r.rnrUntil {
-		q.dev.timers.arm(q, r.rnrUntil)
+		q.home.timers.arm(q, r.rnrUntil)
 		return false
 	}
 	r.rnrWait = false

@@ -90,9 +90,40 @@ func (d *Device) Stats() Stats {
 		qs := q.Stats()
 		s.add(&qs)
 	}
-	d.rxMu.Lock()
-	s.RxPackets, s.RxBytes = d.rx.packets, d.rx.bytes
-	s.ICRCErrors, s.Malformed, s.UnknownQP = d.rx.icrc, d.rx.malformed+d.rx.pkey, d.rx.unknownQP
-	d.rxMu.Unlock()
+	// Receive counters are the queues': they include packets dropped before a QP.
+	s.RxPackets, s.RxBytes, s.ICRCErrors, s.Malformed, s.UnknownQP = 0, 0, 0, 0, 0
+	for _, u := range d.queues {
+		u.rxMu.Lock()
+		s.RxPackets += u.rx.packets
+		s.RxBytes += u.rx.bytes
+		s.ICRCErrors += u.rx.icrc
+		s.Malformed += u.rx.malformed + u.rx.pkey
+		s.UnknownQP += u.rx.unknownQP + u.rx.misrouted
+		u.rxMu.Unlock()
+	}
 	return s
+}
+
+// QueueStats are one receive queue's counters.
+type QueueStats struct {
+	// RxPackets and RxBytes count what the queue's socket received (RoCEv2 packets,
+	// GRO batches split).
+	RxPackets, RxBytes uint64
+	// Misrouted counts packets for a QP of another queue (the kernel steers by QP, so
+	// only a peer's crafted or stale packet): dropped, as packets for an unknown QP.
+	Misrouted uint64
+	// RecvCalls counts the queue's receive system calls that returned packets.
+	RecvCalls uint64
+}
+
+// QueueStats returns each receive queue's counters.
+func (d *Device) QueueStats() []QueueStats {
+	out := make([]QueueStats, len(d.queues))
+	for i, u := range d.queues {
+		u.rxMu.Lock()
+		out[i] = QueueStats{RxPackets: u.rx.packets, RxBytes: u.rx.bytes, Misrouted: u.rx.misrouted}
+		u.rxMu.Unlock()
+		out[i].RecvCalls = u.conn.RecvCalls.Load()
+	}
+	return out
 }

@@ -16,7 +16,7 @@ import (
 // empty heap does. A deadline may therefore fire up to tick late, which every timer here
 // tolerates (each is a minimum wait).
 type timerQueue struct {
-	d    *Device
+	u    *queue
 	mu   mutex
 	h    qpHeap
 	due  []*QP
@@ -49,8 +49,8 @@ func (h *qpHeap) Pop() any {
 	return q
 }
 
-func (t *timerQueue) init(d *Device) {
-	t.d = d
+func (t *timerQueue) init(u *queue) {
+	t.u = u
 	t.mu.rank = rankTimers
 	t.wake = make(chan struct{}, 1)
 	t.done = make(chan struct{})
@@ -92,12 +92,12 @@ func (t *timerQueue) cancel(q *QP) {
 func (t *timerQueue) stop() { close(t.done) }
 
 func (t *timerQueue) run() {
-	defer t.d.wg.Done()
+	defer t.u.d.wg.Done()
 	tm := time.NewTimer(time.Hour)
 	defer tm.Stop()
 	for {
 		t.mu.Lock()
-		now := t.d.now()
+		now := t.u.d.now()
 		for len(t.h) > 0 && t.h[0].timerAt <= now {
 			t.due = append(t.due, heap.Pop(&t.h).(*QP))
 		}
@@ -108,7 +108,7 @@ func (t *timerQueue) run() {
 		due := t.due
 		t.mu.Unlock()
 		if t.lossDue(due) {
-			t.d.drainReceive()
+			t.u.drainReceive()
 		}
 		for i, q := range due {
 			q.onTimer()
@@ -117,7 +117,7 @@ func (t *timerQueue) run() {
 		t.mu.Lock()
 		t.due = t.due[:0]
 		if len(t.h) > 0 {
-			wait = min(wait, time.Duration(t.h[0].timerAt-t.d.now()), tick)
+			wait = min(wait, time.Duration(t.h[0].timerAt-t.u.d.now()), tick)
 		}
 		t.mu.Unlock()
 		tm.Reset(max(wait, 0))
@@ -136,7 +136,7 @@ func (t *timerQueue) run() {
 // taking the receive path for those made the timer goroutine queue on it behind every
 // polling consumer, thousands of times a second.
 func (t *timerQueue) lossDue(due []*QP) bool {
-	now := t.d.now()
+	now := t.u.d.now()
 	for _, q := range due {
 		q.mu.Lock()
 		r := &q.req
@@ -176,7 +176,7 @@ func (q *QP) onTimer() {
 		if now >= q.resp.ackAt {
 			q.flushAckRelock() // releases and retakes q.mu
 		} else {
-			q.dev.timers.arm(q, q.resp.ackAt)
+			q.home.timers.arm(q, q.resp.ackAt)
 		}
 	}
 	if q.destroyed || (q.state != StateRTS && q.state != StateSQD) {
@@ -202,7 +202,7 @@ func (q *QP) onTimer() {
 			r.rtoAt = 0
 			kick = true
 		} else {
-			q.dev.timers.arm(q, r.rtoAt)
+			q.home.timers.arm(q, r.rtoAt)
 		}
 	}
 	if kick {

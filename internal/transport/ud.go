@@ -48,7 +48,7 @@ func (ud) request(q *QP, p *wire.Packet) {
 	if q.srq {
 		q.srqTaken++
 	}
-	e := CQE{WRID: w.wrID, QPN: q.qpn, SrcQP: p.DETH.SrcQP, SrcPort: q.dev.rxFrom.Port(), Opcode: WCRecv, srq: q.srq, solicited: p.BTH.SE}
+	e := CQE{WRID: w.wrID, QPN: q.qpn, SrcQP: p.DETH.SrcQP, SrcPort: q.home.rxFrom.Port(), Opcode: WCRecv, srq: q.srq, solicited: p.BTH.SE}
 	n := GRHLen + len(p.Payload)
 	switch {
 	case w.verr != 0:
@@ -59,7 +59,7 @@ func (ud) request(q *QP, p *wire.Packet) {
 		e.Status, e.VendorErr = StatusLocLenErr, VendorLength
 	default:
 		var grh [GRHLen]byte
-		putGRH(grh[:], q.dev.rxFrom.Addr(), q.dev.local.Addr(), len(p.Payload))
+		putGRH(grh[:], q.home.rxFrom.Addr(), q.dev.local.Addr(), len(p.Payload))
 		scatter(w.segs, 0, grh[:])
 		scatter(w.segs, GRHLen, p.Payload)
 		e.ByteLen, e.Flags = uint32(n), WCFlagGRH

@@ -84,7 +84,7 @@ func (q *QP) doneAdvance(progress bool, now int64) {
 		ws.probeAt = 0
 		q.armProbe(now)
 	}
-	q.dev.queueKick(q)
+	q.home.queueKick(q)
 }
 
 // weakAck handles a selective acknowledgement: every request PSN up to its PSN arrived,

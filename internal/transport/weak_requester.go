@@ -68,7 +68,7 @@ func (q *QP) armProbe(now int64) {
 		return
 	}
 	ws.probeAt = now + ws.probeInterval()<<ws.probeBo
-	q.dev.timers.arm(q, ws.probeAt)
+	q.home.timers.arm(q, ws.probeAt)
 }
 
 // probeInterval is the loss probe's interval: at least the configured minimum, and long
@@ -264,7 +264,7 @@ func (ws *weakState) onTimer(q *QP, now int64) bool {
 		return false
 	}
 	if now < ws.probeAt {
-		q.dev.timers.arm(q, ws.probeAt)
+		q.home.timers.arm(q, ws.probeAt)
 		return false
 	}
 	q.lossProbe(now)

@@ -68,10 +68,10 @@ func (rg *pktRig) deliver(to, from *side, pkt []byte) { deliverTo(to, from, pkt)
 // batch.
 func deliverTo(to, from *side, pkt []byte) {
 	d := to.d
-	d.rxMu.Lock()
-	d.input(pkt, from.d.LocalAddr())
-	d.finishBatch()
-	d.rxMu.Unlock()
+	d.q0().rxMu.Lock()
+	d.q0().input(pkt, from.d.LocalAddr())
+	d.q0().finishBatch()
+	d.q0().rxMu.Unlock()
 }
 
 // seal appends pad and ICRC for a packet from from's device to to's device.

@@ -111,11 +111,11 @@ func TestWeakOffsetAtMessageEnd(t *testing.T) {
 // released).
 func (rg *pktRig) deliverCatching(to, from *side, pkt []byte) (perr any) {
 	d := to.d
-	d.rxMu.Lock()
-	defer d.rxMu.Unlock()
+	d.q0().rxMu.Lock()
+	defer d.q0().rxMu.Unlock()
 	defer func() { perr = recover() }()
-	d.input(pkt, from.d.LocalAddr())
-	d.finishBatch()
+	d.q0().input(pkt, from.d.LocalAddr())
+	d.q0().finishBatch()
 	return nil
 }
 

@@ -1,0 +1,419 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/wire"
+)
+
+// queue is one of a device's receive queues, as a NIC has several: a UDP socket bound to
+// the device's address and port (with SO_REUSEPORT when there are several), the goroutine
+// that receives from it, the receive path's state and the timers of the QPs it owns. A QP
+// lives on one queue, number QPN mod the number of queues, which is also the socket the
+// kernel hands its packets to (netio.SteerByQP): its packets, ACKs, responses and timers
+// are handled by one queue's goroutines, and queues share nothing on the hot path but
+// the device's tables. Packets leave through the device's first socket (sending needs no
+// queue: the socket's send path takes no lock a queue would wait on).
+type queue struct {
+	d    *Device
+	idx  int
+	conn *netio.Conn
+
+	// Receive path state, owned by whoever holds rxMu (the receive goroutine, or a
+	// polling consumer driving progress).
+	rxMu     mutex
+	rxBatch  *netio.RecvBatch
+	rxOut    *netio.SendBatch
+	ackList  []*QP
+	kickList []*QP
+	respList []*QP
+	// respLater holds QPs that spent their response budget in this round: their responses
+	// go on in the next round, after the socket was read again (see finishBatch).
+	respLater []*QP
+	respRound uint32
+	// parked: the receive goroutine went to sleep in the network poller (rxMu held to
+	// read or write). A polling consumer that leaves responses pending rings the doorbell.
+	parked   bool
+	owned    []*QP
+	deferred []*QP // QPs with an ACK held back (see Progress)
+	// The spare halves of kickList and respList, swapped in so draining a list does not
+	// allocate a new one.
+	kickSpare, respSpare []*QP
+	polling              bool // the receive path runs in a polling consumer's goroutine
+	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
+	rx                   rxStats
+	rxPkt                wire.Packet    // the packet being processed (not on the stack: it goes through the mode interface)
+	rxFrom               netip.AddrPort // where it came from
+	quiesced             uint64         // Quiesce calls that waited for the receive path
+
+	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
+	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
+	// wait to ride along with their sends.
+	polled   atomic.Bool
+	yieldReq atomic.Bool // a completion handler was woken: yield after this batch
+
+	holdingAcks atomic.Bool // ACKs are held back (see AckGroup.hold)
+
+	timers timerQueue
+
+	qps int // live QPs on the queue, the GSI QP aside (the device's qpMu held)
+}
+
+// rxLoop is the device's receive goroutine: it sleeps in the runtime's network poller and
+// runs every arriving packet to completion.
+func (u *queue) rxLoop() {
+	defer u.d.wg.Done()
+	_ = u.conn.Serve(u.rxReady)
+}
+
+// rxReady drains the socket, then keeps polling for up to BusyPoll after the last packet
+// it found before going back to sleep (unless a consumer is polling the device, which then
+// receives the packets itself). It returns true to stop serving (device closed).
+func (u *queue) rxReady() bool {
+	spin := int64(u.d.cfg.BusyPoll)
+	u.rxMu.Lock()
+	u.parked = false
+	last := u.d.now()
+	for i := 1; ; i++ {
+		if u.d.closed.Load() {
+			u.rxMu.Unlock()
+			return true
+		}
+		n, err := u.conn.Poll(u.rxBatch)
+		if err != nil {
+			u.rxMu.Unlock()
+			return errors.Is(err, netio.ErrClosed)
+		}
+		if n > 0 {
+			u.processBatch(n)
+			last = u.d.now()
+			if u.yieldReq.Load() && u.yieldReq.Swap(false) {
+				// The batch woke a completion handler: hand it this P now rather than
+				// after the next batches (see RequestYield).
+				u.rxMu.Unlock()
+				runtime.Gosched()
+				u.rxMu.Lock()
+				continue
+			}
+		} else if len(u.respList) > 0 {
+			u.finishBatch() // the next round of READ responses
+			last = u.d.now()
+		} else if spin <= 0 || u.d.now()-last >= spin || u.polled.Swap(false) {
+			u.parked = true
+			u.rxMu.Unlock()
+			return false
+		}
+		if n == 0 || i%8 == 0 {
+			// Let a polling consumer (and other goroutines) in.
+			u.rxMu.Unlock()
+			runtime.Gosched()
+			u.rxMu.Lock()
+		}
+	}
+}
+
+// Progress receives and processes whatever is queued on the socket, in the caller's
+// goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
+// (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
+func (u *queue) progress() {
+	if !u.polled.Load() {
+		u.polled.Store(true)
+	}
+	if !u.rxMu.TryLock() {
+		return
+	}
+	if !u.d.closed.Load() {
+		u.flushDeferred()
+		u.d.acks.flushOthers(u)
+		if n, _ := u.conn.Poll(u.rxBatch); n > 0 {
+			u.processBatch(n)
+		} else if len(u.respList) > 0 {
+			u.finishBatch()
+		}
+		if len(u.respList) > 0 && u.parked {
+			// Responses remain for later rounds and the receive goroutine sleeps: wake it,
+			// as this consumer may not poll again.
+			u.parked = false
+			u.conn.Doorbell(uint32(u.idx)) // steered to this queue's socket
+		}
+	}
+	u.rxMu.Unlock()
+}
+
+// drainReceive processes what waits in the socket before timers act (the timer
+// goroutine, no lock held): a retransmission timeout must not fire for an ACK that has
+// arrived but that the receive goroutine, starved of CPU on a machine busy with other
+// work, has not read yet. Without this, on a loaded machine a QP could spend its retry
+// count on answers queued in its own socket, and end in ERR.
+func (u *queue) drainReceive() {
+	u.rxMu.Lock()
+	defer u.rxMu.Unlock()
+	for i := 0; i < drainBatches && !u.d.closed.Load(); i++ {
+		n, err := u.conn.Poll(u.rxBatch)
+		if err != nil || n == 0 {
+			return
+		}
+		u.processBatch(n)
+	}
+}
+
+// drainBatches bounds drainReceive's work: a full socket is the receive goroutine's.
+const drainBatches = 8
+
+// ackDelay bounds how long an ACK is held back for piggybacking.
+const ackDelay = 100 * time.Microsecond
+
+// flushDeferred sends ACKs still held back (rxMu held).
+func (u *queue) flushDeferred() { u.flushDeferredOlder(0, false) }
+
+// flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held). With try
+// (another device's poller flushing for it) a QP whose lock is taken is left for later:
+// its own goroutine is busy with it.
+func (u *queue) flushDeferredOlder(minAge int64, try bool) {
+	if len(u.deferred) == 0 {
+		return
+	}
+	cutoff := u.d.now() - minAge + int64(ackDelay) // held since before now-minAge
+	kept := u.deferred[:0]
+	for _, q := range u.deferred {
+		if !try {
+			q.mu.Lock()
+		} else if !q.mu.TryLock() {
+			kept = append(kept, q)
+			continue
+		}
+		switch {
+		case !q.resp.ackDeferred || !q.resp.ackPending:
+			q.resp.ackDeferred = false
+		case minAge > 0 && q.resp.ackAt > cutoff:
+			kept = append(kept, q)
+		default:
+			u.ackOutRelock(q)
+		}
+		q.mu.Unlock()
+	}
+	clear(u.deferred[len(kept):])
+	u.deferred = kept
+	if len(kept) == 0 {
+		u.d.acks.hold(u, false)
+	}
+	u.flushOut()
+}
+
+// processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
+// ACKs and responses they caused. While a consumer polls the device, ACKs are held back to
+// ride along with its next send (see finishBatch).
+func (u *queue) processBatch(n int) {
+	u.polling = u.polled.Load()
+	defer func() { u.polling = false }()
+	for i := 0; i < n; i++ {
+		data, seg, from := u.rxBatch.Datagram(i)
+		if netio.IsDoorbell(data, from, u.d.local) {
+			continue
+		}
+		if seg == 0 {
+			u.input(data, from)
+		} else {
+			for len(data) > 0 {
+				k := min(seg, len(data))
+				u.input(data[:k], from)
+				data = data[k:]
+			}
+		}
+		if u.flushNow {
+			u.flushNow = false
+			u.flushOut()
+		}
+	}
+	u.finishBatch()
+}
+
+// input handles one packet (rxMu held).
+func (u *queue) input(pkt []byte, from netip.AddrPort) {
+	u.rx.packets++
+	u.rx.bytes += uint64(len(pkt))
+	flow := wire.Flow{Src: from.Addr(), Dst: u.d.local.Addr(), SrcPort: from.Port(), DstPort: u.d.local.Port(), DF: u.d.v4}
+	// Any IPv4 identification: a standard peer's is not 0, and a UDP socket does not show
+	// it (see wire.VerifyICRCAnyID for what is then verified).
+	id, ok := flow.VerifyICRCAnyID(pkt)
+	if u.d.tap.w != nil {
+		u.d.tap.received(from, id, pkt)
+	}
+	if !ok {
+		u.rx.icrc++
+		return
+	}
+	p := &u.rxPkt
+	*p = wire.Packet{} // Decode sets only the fields the opcode has
+	if p.Decode(pkt) != nil {
+		u.rx.malformed++
+		return
+	}
+	if p.BTH.PKey != wire.DefaultPKey {
+		u.rx.pkey++
+		return
+	}
+	q := u.d.lookupQP(p.BTH.DestQP)
+	if q == nil {
+		u.rx.unknownQP++
+		return
+	}
+	if q.home != u {
+		// Not steered to this queue: the QP's state is its own queue's to touch.
+		u.rx.misrouted++
+		return
+	}
+	if !u.rxOut.Room(outReserve, outReserve*96) {
+		u.flushOut()
+	}
+	u.rxFrom = from
+	q.input(p, from, len(pkt))
+}
+
+// ackOutRelock adds q's ACK to the receive path's batch, sending the batch first if it is
+// full (rxMu and q.mu held; q.mu is released around that send and taken again).
+func (u *queue) ackOutRelock(q *QP) {
+	if !u.rxOut.Room(2, 64) {
+		q.mu.Unlock()
+		u.flushOut()
+		q.mu.Lock()
+	}
+	q.resp.sendAck(u.rxOut)
+}
+
+// flushOut sends what the receive path has built (rxMu held, no QP lock).
+func (u *queue) flushOut() {
+	if u.rxOut.Len() > 0 {
+		_ = u.d.conn.Send(u.rxOut)
+	}
+}
+
+// finishBatch sends a round of pending read responses, coalesced ACKs and requester
+// packets that the batch's ACKs released (rxMu held). In a round each QP sends at most
+// respBudget response packets; a QP with more waits in respLater for the next round, which
+// comes after the socket was read again (rxReady, Progress), so that a peer's long READs
+// cannot hold up other QPs' packets, ACKs and completions.
+func (u *queue) finishBatch() {
+	u.respRound++
+	for len(u.respList) > 0 || len(u.ackList) > 0 || len(u.kickList) > 0 {
+		// Read and atomic responses first: they must precede ACKs of later requests.
+		for len(u.respList) > 0 {
+			list := u.respList
+			u.respList, u.respSpare = u.respSpare[:0], list
+			for _, q := range list {
+				q.mu.Lock()
+				q.resp.queued = false
+				if q.resp.round != u.respRound {
+					q.resp.round, q.resp.budget = u.respRound, respBudget
+				}
+				if !q.resp.pumpResponses(u.rxOut) {
+					if q.resp.budget == 0 {
+						q.resp.queued = true
+						u.respLater = append(u.respLater, q)
+					} else {
+						u.queueResp(q) // the batch filled up: send it, then go on
+					}
+				}
+				q.mu.Unlock()
+			}
+			clear(list)
+			if len(u.respList) > 0 {
+				u.flushOut()
+			}
+		}
+		for _, q := range u.ackList {
+			q.mu.Lock()
+			q.resp.ackQueued = false
+			if q.resp.ackPending && !q.resp.pumping() {
+				if u.polling {
+					// A consumer is polling in this goroutine and will likely post next:
+					// let the ACK ride along with that send (see QP.fill).
+					if !q.resp.ackDeferred {
+						q.resp.ackDeferred = true
+						q.resp.ackAt = u.d.now() + int64(ackDelay)
+						u.deferred = append(u.deferred, q)
+						if len(u.deferred) == 1 {
+							u.d.acks.hold(u, true)
+						}
+						u.timers.arm(q, q.resp.ackAt)
+					}
+					q.mu.Unlock()
+					continue
+				}
+				u.ackOutRelock(q)
+			}
+			q.mu.Unlock()
+		}
+		u.ackList = u.ackList[:0]
+		u.runKicks()
+	}
+	if !u.polling {
+		u.flushDeferred()
+	}
+	u.flushOut()
+	// What spent its budget is the next round's.
+	u.respList = append(u.respList, u.respLater...)
+	clear(u.respLater)
+	u.respLater = u.respLater[:0]
+}
+
+// runKicks lets QPs whose window opened send more, from the receive path. A QP whose
+// transmit is owned by another goroutine is left to that goroutine.
+func (u *queue) runKicks() {
+	for len(u.kickList) > 0 {
+		list := u.kickList
+		u.kickList, u.kickSpare = u.kickSpare[:0], list
+		for _, q := range list {
+			q.mu.Lock()
+			q.kickQueued = false
+			if q.txOwner {
+				q.txPending = true
+			} else {
+				q.txOwner = true
+				q.txMore = q.req.fill(u.rxOut)
+				u.owned = append(u.owned, q)
+			}
+			q.mu.Unlock()
+		}
+		u.flushOut()
+		for _, q := range u.owned {
+			q.mu.Lock()
+			q.mode.transmitted(q)
+			q.releaseTx()
+			if q.txPending || q.txMore {
+				q.txPending, q.txMore = false, false
+				u.queueKick(q)
+			}
+			q.mu.Unlock()
+		}
+		clear(u.owned)
+		u.owned = u.owned[:0]
+	}
+}
+
+// queueKick asks the receive path to run q's requester at the end of the batch (rxMu held).
+func (u *queue) queueKick(q *QP) {
+	if !q.kickQueued {
+		q.kickQueued = true
+		u.kickList = append(u.kickList, q)
+	}
+}
+
+func (u *queue) queueAck(q *QP) {
+	if !q.resp.ackQueued {
+		q.resp.ackQueued = true
+		u.ackList = append(u.ackList, q)
+	}
+}
+
+func (u *queue) queueResp(q *QP) {
+	if !q.resp.queued {
+		q.resp.queued = true
+		u.respList = append(u.respList, q)
+	}
+}
