@@ -9,14 +9,22 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
-// exchange sends msgs from rank `from` to rank `to` (all Isend at once, so that they are
-// one send vector) and checks they arrive in order.
+// sendAll sends messages of sizes from rank `from` to rank `to`, message i with tag i,
+// and checks they arrive in order. They are started together, under the progress lock,
+// so that they are one send vector whatever the scheduler does (Isend by Isend, the first
+// could leave before the next is queued once the connection is up).
 func sendAll(t *testing.T, comms []*Comm, from, to int, sizes []int) {
 	t.Helper()
 	var reqs []*Request
+	c := comms[from]
+	c.pmu.Lock()
 	for i, n := range sizes {
-		reqs = append(reqs, comms[from].Isend(pattern(n, byte(i)), to, i))
+		r := &Request{c: c, send: true, buf: pattern(n, byte(i)), peer: to, tag: i}
+		c.startSend(r)
+		reqs = append(reqs, r)
 	}
+	c.pump()
+	c.pmu.Unlock()
 	for i, n := range sizes {
 		got := make([]byte, n)
 		if _, err := comms[to].Recv(ctxT(t), got, from, i); err != nil {

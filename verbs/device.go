@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,10 @@ const FaultsEnv = "SOFTRNIC_FAULTS"
 // DeviceConfig.PcapFile capture its packets: its value is a directory, where each device
 // writes softrnic-ADDR-PID-N.pcap (N counts the devices the process opened).
 const PcapEnv = "SOFTRNIC_PCAP"
+
+// QueuesEnv names the environment variable OpenDevice takes the number of receive queues
+// from when DeviceConfig.Queues is 0 (e.g. SOFTRNIC_QUEUES=4).
+const QueuesEnv = "SOFTRNIC_QUEUES"
 
 // DefaultSourcePorts is DeviceConfig.SourcePorts when it is 0.
 const DefaultSourcePorts = 4
@@ -229,6 +234,17 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		}
 		faults = f
 	}
+	queues := cfg.Queues
+	if env := os.Getenv(QueuesEnv); queues == 0 && env != "" {
+		n, err := strconv.Atoi(env)
+		if err != nil || n < 1 || n > 64 {
+			return nil, fmt.Errorf("verbs: open device: %s=%q: want a number of queues from 1 to 64", QueuesEnv, env)
+		}
+		queues = n
+	}
+	if queues < 0 || queues > 64 {
+		return nil, fmt.Errorf("verbs: open device: %w: %d queues (1 to 64, or 0 for the default)", ErrInvalid, queues)
+	}
 	hcfg := cfg.CompletionHandlers
 	switch {
 	case hcfg == nil:
@@ -265,7 +281,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	d, err := transport.Open(transport.Config{
 		Tap:              tap,
 		SourcePorts:      srcPorts,
-		Queues:           cfg.Queues,
+		Queues:           queues,
 		Local:            netip.AddrPortFrom(addr, uint16(port)),
 		Faults:           faults,
 		FaultFilter:      cfg.filter,
