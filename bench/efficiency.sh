@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The bars of the single-flow issue, from one run on this machine: softrnic (rperf,
-# loopback, both sides in one process) next to a plain Go UDP stream of 64 KB datagrams and
-# UCX over TCP, each measured RUNS times (default 3) in turns; medians and their ratios.
+# The bars of the single-flow and multi-queue issue, from one run on this machine: softrnic
+# (rperf, loopback, both sides in one process) next to a plain Go UDP stream of 64 KB
+# datagrams and UCX over TCP, and 8 QPs between two rperf processes with 1, 2 and 4 receive
+# queues per device; each measured RUNS times (default 3) in turns; medians and ratios.
 #   bench/efficiency.sh              about 2 minutes a run on 2 cores
 #   RUNS=1 bench/efficiency.sh
 # CPU time per GiB is user + system of the one process holding both sides: rperf's own
@@ -28,6 +29,17 @@ for i in $(seq "$runs"); do
   "$out/rperf" write_bw --loopback -s 1M -n 500 > /dev/null # warm-up, discarded
   "$out/rperf" write_bw --loopback -s 1M -n 6000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw %.1f %.4f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"]))' >> "$out/figures.txt"
   "$out/rperf" send_lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("lat %.2f %.2f %.2f" % (r["lat_us"]["p50"], r["lat_us"]["p99"], r["lat_us"]["p999"]))' >> "$out/figures.txt"
+  # One flow on two queues: its CPU time per GiB must not grow.
+  "$out/rperf" write_bw --loopback -s 1M -n 6000 --queues 2 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw2 %.1f %.4f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"]))' >> "$out/figures.txt"
+  # 8 QPs between two processes, 1, 2 and 4 receive queues per device (the client's
+  # --queues applies to the server too); packets per server queue from --stats.
+  for q in 1 2 4; do
+    port=$((20000 + RANDOM % 20000))
+    "$out/rperf" write_bw -p $port --stats > /dev/null 2>&1 &
+    sleep 0.5
+    "$out/rperf" write_bw 127.0.0.1 -p $port -s 64K --qps 8 --queues $q -n 30000 --stats --json | python3 -c 'import json,sys; r=json.load(sys.stdin); q=r["counters"]["server"].get("Queues") or []; print("mq%s %.1f %s" % ("'$q'", r["bw_MiBps"]*2**20/1e6, ",".join(str(x["RxPackets"]) for x in q) or "-"))' >> "$out/figures.txt"
+    wait
+  done
   # UCX over TCP tag_lat (and everything else peers.sh measures, kept in peers.txt).
   bash "$peers" quick 2>/dev/null | tee -a "$out/peers.txt" | awk -F'\t' '$1=="ucx-tcp" && $2=="tag_lat" {print "ucx", $4}' >> "$out/figures.txt"
 done
@@ -51,5 +63,12 @@ print("| write_bw -s 1M, MB/s, against a Go UDP 64 KB stream | %s | %s | %s | >=
 print("| CPU s per GiB (user + system, one process) | %s | %s | %s | <= 2 |" % (fig(wcpu, "%.3f"), fig(udp_cpu, "%.3f"), ratio(wcpu, udp_cpu)))
 print("| send_lat 8 B p50, us, against UCX over TCP tag_lat | %s | %s | %s | <= 1 |" % (fig(p50, "%.2f"), fig(ucx, "%.2f"), ratio(p50, ucx)))
 print("| send_lat 8 B p99 / p50 (p999 %s us) | %s | %s | %s | <= 3 |" % (fig(p999, "%.0f"), fig(p99, "%.2f"), fig(p50, "%.2f"), ratio(p99, p50)))
+wbw2, wcpu2 = col("wbw2", 1), col("wbw2", 2)
+print("| write_bw -s 1M on 2 queues: CPU s per GiB, against 1 queue | %s | %s | %s | <= 1 |" % (fig(wcpu2, "%.3f"), fig(wcpu, "%.3f"), ratio(wcpu2, wcpu)))
+mq1 = col("mq1", 1)
+for q in (2, 4):
+    v = col("mq%d" % q, 1)
+    last = [r[2] for r in rows if r[0] == "mq%d" % q][-1:] or ["-"]
+    print("| 8 QPs write_bw -s 64K, two processes, MB/s: %d queues against 1 (server packets per queue, last run: %s) | %s | %s | %s | >= 1 |" % (q, last[0], fig(v, "%.0f"), fig(mq1, "%.0f"), ratio(v, mq1)))
 PY
 echo "raw figures: $out"
