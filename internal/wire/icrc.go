@@ -74,16 +74,38 @@ func (f *Flow) prefix(buf *[pseudoLen]byte, bth []byte, tlen int) int {
 	return o + BTHLen
 }
 
-// crcSmall is CRC-32 (IEEE) over a short buffer, byte at a time. It is used for the
-// pseudo-header, which lives on the stack: handing it to crc32.Update (an indirect call)
-// would move it to the heap on every packet.
+// crcSmall is CRC-32 (IEEE) over a short buffer, eight bytes at a time (slicing by 8:
+// eight table lookups per eight bytes that do not wait on each other, where a byte at a
+// time is a chain of dependent lookups). It is used for the pseudo-header, which lives on
+// the stack: handing it to crc32.Update (an indirect call) would move it to the heap on
+// every packet.
 func crcSmall(crc uint32, p []byte) uint32 {
+	t := &crcSlicing
 	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = t[0][p[7]] ^ t[1][p[6]] ^ t[2][p[5]] ^ t[3][p[4]] ^
+			t[4][crc>>24] ^ t[5][crc>>16&0xFF] ^ t[6][crc>>8&0xFF] ^ t[7][crc&0xFF]
+		p = p[8:]
+	}
 	for _, b := range p {
-		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
 	return ^crc
 }
+
+// crcSlicing holds crcSmall's tables: [0] is the byte table, [k] the effect of a byte
+// followed by k zero bytes.
+var crcSlicing = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		for k := 1; k < 8; k++ {
+			c := t[k-1][i]
+			t[k][i] = t[0][c&0xFF] ^ c>>8
+		}
+	}
+	return t
+}()
 
 // v4 reports whether the flow is IPv4: both addresses IPv4 or IPv4-mapped. Anything else
 // (including a mixed or zero address) is computed as IPv6 over the 16-byte forms.

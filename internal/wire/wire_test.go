@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"hash/crc32"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -269,5 +270,30 @@ func BenchmarkVerifyICRCAnyID(b *testing.B) {
 		if _, ok := f.VerifyICRCAnyID(pkt); !ok {
 			b.Fatal("rejected")
 		}
+	}
+}
+
+// crcSmall agrees with hash/crc32 at every length and starting value.
+func TestCRCSmall(t *testing.T) {
+	b := make([]byte, 100)
+	for i := range b {
+		b[i] = byte(i*37 + 11)
+	}
+	for n := 0; n <= len(b); n++ {
+		for _, init := range []uint32{0, 0xDEADBEEF} {
+			if got, want := crcSmall(init, b[:n]), crc32.Update(init, crc32.IEEETable, b[:n]); got != want {
+				t.Fatalf("length %d from %#x: %#x, want %#x", n, init, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkICRCHeader is the ICRC of a packet with no payload (an ACK, a READ request):
+// the pseudo-header is all of it.
+func BenchmarkICRCHeader(b *testing.B) {
+	f := Flow{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true}
+	pkt := make([]byte, BTHLen+RETHLen)
+	for b.Loop() {
+		_ = f.ICRC(pkt)
 	}
 }
