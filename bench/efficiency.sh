@@ -23,14 +23,17 @@ go build -o "$out/rperf" ./cmd/rperf
 (cd "$(dirname "$peers")/gobaseline" && go build -o "$out/gobaseline" .)
 for i in $(seq "$runs"); do
   # Go UDP: 64 KB datagrams, sender and receiver in one process; CPU over the whole run.
-  /usr/bin/time -f "%U %S" -o "$out/time.txt" "$out/gobaseline" -mode udp -size 65000 -batch 8 -d ${dur}s > "$out/udp.txt"
-  awk -v d=$dur 'NR==FNR {split($6,a,"="); gbps=a[2]; next} {cpu=$1+$2; gib=gbps*1e9*d/2^30; printf "udp %.1f %.4f\n", gbps*1000, cpu/gib}' \
-    "$out/udp.txt" "$out/time.txt" >> "$out/figures.txt"
+  # Also 4 KiB datagrams, a RoCE packet's size: per-datagram costs.
+  for sz in 65000 4096; do
+    /usr/bin/time -f "%U %S" -o "$out/time.txt" "$out/gobaseline" -mode udp -size $sz -batch 8 -d ${dur}s > "$out/udp.txt"
+    awk -v d=$dur -v sz=$sz 'NR==FNR {split($6,a,"="); gbps=a[2]; next} {cpu=$1+$2; gib=gbps*1e9*d/2^30; n=gbps*1e9*d/sz; printf "udp%d %.1f %.4f %.4f %.3f\n", sz, gbps*1000, cpu/gib, $2/gib, cpu/n*1e6}' \
+      "$out/udp.txt" "$out/time.txt" >> "$out/figures.txt"
+  done
   "$out/rperf" write_bw --loopback -s 1M -n 500 > /dev/null # warm-up, discarded
-  "$out/rperf" write_bw --loopback -s 1M -n 6000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw %.1f %.4f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"]))' >> "$out/figures.txt"
+  "$out/rperf" write_bw --loopback -s 1M -n 6000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))' >> "$out/figures.txt"
   "$out/rperf" send_lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("lat %.2f %.2f %.2f" % (r["lat_us"]["p50"], r["lat_us"]["p99"], r["lat_us"]["p999"]))' >> "$out/figures.txt"
   # One flow on two queues: its CPU time per GiB must not grow.
-  "$out/rperf" write_bw --loopback -s 1M -n 6000 --queues 2 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw2 %.1f %.4f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"]))' >> "$out/figures.txt"
+  "$out/rperf" write_bw --loopback -s 1M -n 6000 --queues 2 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw2 %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))' >> "$out/figures.txt"
   # 8 QPs between two processes, 1, 2 and 4 receive queues per device (the client's
   # --queues applies to the server too); packets per server queue from --stats.
   for q in 1 2 4; do
@@ -49,7 +52,7 @@ rows = [l.split() for l in open(sys.argv[1])]
 def col(kind, i):
     v = [float(r[i]) for r in rows if r[0] == kind]
     return st.median(v) if v else None
-udp_bw, udp_cpu = col("udp", 1), col("udp", 2)
+udp_bw, udp_cpu = col("udp65000", 1), col("udp65000", 2)
 wbw, wcpu = col("wbw", 1), col("wbw", 2)
 p50, p99, p999 = col("lat", 1), col("lat", 2), col("lat", 3)
 ucx = col("ucx", 1)
@@ -70,5 +73,21 @@ for q in (2, 4):
     v = col("mq%d" % q, 1)
     last = [r[2] for r in rows if r[0] == "mq%d" % q][-1:] or ["-"]
     print("| 8 QPs write_bw -s 64K, two processes, MB/s: %d queues against 1 (server packets per queue, last run: %s) | %s | %s | %s | >= 1 |" % (q, last[0], fig(v, "%.0f"), fig(mq1, "%.0f"), ratio(v, mq1)))
+PY
+python3 - "$out/figures.txt" <<'PY'
+import statistics as st, sys
+rows = [l.split() for l in open(sys.argv[1])]
+def col(kind, i):
+    v = [float(r[i]) for r in rows if r[0] == kind and len(r) > i]
+    return st.median(v) if v else None
+print()
+print("| CPU (one process, both sides; medians) | MB/s | CPU s per GiB | of which system | CPU us per packet |")
+print("|---|---|---|---|---|")
+for kind, name in (("wbw", "softrnic write_bw -s 1M, 1 queue (4 KiB packets)"), ("wbw2", "softrnic write_bw -s 1M, 2 queues"),
+                   ("udp65000", "Go UDP, 64 KB datagrams"), ("udp4096", "Go UDP, 4 KiB datagrams")):
+    vals = [col(kind, i) for i in (1, 2, 3, 4)]
+    if vals[0] is None:
+        continue
+    print("| %s | %.0f | %.3f | %.3f | %.2f |" % (name, vals[0], vals[1], vals[2], vals[3]))
 PY
 echo "raw figures: $out"

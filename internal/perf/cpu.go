@@ -8,14 +8,14 @@ import (
 // A clock reads the wall time and the process's CPU time (user + system, every thread)
 // at the start of a measured interval.
 type clock struct {
-	wall time.Time
-	cpu  time.Duration
-	ok   bool
+	wall     time.Time
+	cpu, sys time.Duration
+	ok       bool
 }
 
 func startClock() clock {
-	cpu, ok := processCPU()
-	return clock{wall: time.Now(), cpu: cpu, ok: ok}
+	cpu, sys, ok := processCPU()
+	return clock{wall: time.Now(), cpu: cpu, sys: sys, ok: ok}
 }
 
 func (k clock) elapsed() time.Duration { return time.Since(k.wall) }
@@ -24,12 +24,12 @@ func (k clock) elapsed() time.Duration { return time.Since(k.wall) }
 // of payload moved and per data packet (messages of c.Size bytes cut at c.MTU). In a
 // loopback run the process holds both sides, so the figures are both sides' together.
 func (k clock) account(c *Config, r *Result) {
-	cpu, ok := processCPU()
+	cpu, sys, ok := processCPU()
 	if !ok || !k.ok || r.Iters == 0 {
 		return
 	}
 	s := (cpu - k.cpu).Seconds()
-	r.CPUSeconds = s
+	r.CPUSeconds, r.SysSeconds = s, (sys - k.sys).Seconds()
 	r.CPUPerGiB = s / (float64(c.Size) * float64(r.Iters) / (1 << 30))
 	pkts := float64(r.Iters) * math.Max(1, math.Ceil(float64(c.Size)/float64(c.MTU)))
 	r.CPUPerPacket = s / pkts * 1e6

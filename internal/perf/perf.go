@@ -124,8 +124,10 @@ type Result struct {
 	Lat      *Latency `json:"lat_us,omitempty"`
 	Seconds  float64  `json:"seconds"`
 	// CPU time (user + system) of the process over the measured interval: both sides in a
-	// loopback run, the client's side otherwise. Per GiB of payload and per data packet.
+	// loopback run, the client's side otherwise; its system part; per GiB of payload and
+	// per data packet.
 	CPUSeconds   float64 `json:"cpu_s,omitempty"`
+	SysSeconds   float64 `json:"cpu_sys_s,omitempty"` // the system part of CPUSeconds
 	CPUPerGiB    float64 `json:"cpu_s_per_GiB,omitempty"`
 	CPUPerPacket float64 `json:"cpu_us_per_pkt,omitempty"`
 	Checked      bool    `json:"checked,omitempty"`
