@@ -64,6 +64,8 @@ flags:
 	fs.BoolVar(&o.all, "a", false, "run all sizes from 2 B to 8 MiB")
 	fs.IntVar(&o.cfg.MTU, "mtu", 4096, "path MTU: 256, 512, 1024, 2048 or 4096")
 	fs.IntVar(&o.cfg.QPs, "qps", 1, "number of queue pairs (bandwidth tests)")
+	fs.IntVar(&o.cfg.Threads, "t", 1, "goroutines driving the client's QPs in the bandwidth tests, each with QPs and a CQ of its own (QP i: thread i mod t; at most --qps)")
+	fs.IntVar(&o.cfg.Threads, "threads", 1, "the same as -t")
 	fs.IntVar(&o.cfg.Queues, "queues", 0, "receive queues per device, each a socket with its own goroutines, packets steered by QP (default: one per two CPUs, at most 8; the client's applies to the server too)")
 	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
 	fs.BoolVar(&o.cfg.Check, "check", false, "verify every byte received or read")

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -16,10 +17,39 @@ func wrid(first, count int) uint64 { return uint64(first)<<16 | uint64(count) }
 
 func unwrid(id uint64) (first, count int) { return int(id >> 16), int(id & 0xFFFF) }
 
-// runBWClient runs the active side of write_bw, read_bw and send_bw.
+// runBWClient runs the active side of write_bw, read_bw and send_bw: Config.Threads
+// goroutines, each driving the QPs of its own (QP q belongs to thread q mod Threads) and
+// polling its own CQ.
 func runBWClient(s *side, peer Info) (Result, error) {
 	c := s.cfg
+	if c.Check && c.Test != "read_bw" {
+		clear(s.buf)
+	}
+	threads := len(s.cqs)
+	errs := make(chan error, threads)
+	start := startClock()
+	for t := 1; t < threads; t++ {
+		go func() { errs <- bwThread(s, peer, t) }()
+	}
+	err := bwThread(s, peer, 0)
+	for t := 1; t < threads; t++ {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	r := bwResult(c, start.elapsed())
+	start.account(c, &r)
+	r.Checked = c.Check
+	return r, nil
+}
+
+// bwThread posts and completes the iterations of thread t's QPs: iteration it goes to QP
+// it mod QPs, and QP q to thread q mod Threads.
+func bwThread(s *side, peer Info, t int) error {
+	c := s.cfg
 	nqp := len(s.qps)
+	threads := len(s.cqs)
 	depth := min(c.TxDepth, s.perQP())
 	sigEvery := max(1, min(depth/2, 64))
 	op := verbs.WRRDMAWrite
@@ -29,8 +59,11 @@ func runBWClient(s *side, peer Info) (Result, error) {
 	case "send_bw":
 		op = verbs.WRSend
 	}
-	if c.Check && op != verbs.WRRDMARead {
-		clear(s.buf)
+	var mine []int // this thread's QPs
+	total := 0     // and the iterations they carry
+	for q := t; q < nqp; q += threads {
+		mine = append(mine, q)
+		total += (c.Iters - q + nqp - 1) / nqp
 	}
 	outstanding := make([]int, nqp) // per QP: posted, not yet known complete
 	sinceSig := make([]int, nqp)    // per QP: unsignaled since the last signaled
@@ -42,10 +75,10 @@ func runBWClient(s *side, peer Info) (Result, error) {
 	wrs := make([]verbs.SendWR, postBatch)
 	sges := make([]verbs.SGE, postBatch)
 	wc := make([]verbs.WorkCompletion, 64)
-	done := 0
-	start := startClock()
-	for done < c.Iters {
-		for q, qp := range s.qps {
+	cq := s.cqs[t]
+	for done := 0; done < total; {
+		for _, q := range mine {
+			qp := s.qps[q]
 			n := 0
 			for n < postBatch && next[q] < c.Iters && outstanding[q]+n < depth {
 				it := next[q]
@@ -72,18 +105,18 @@ func runBWClient(s *side, peer Info) (Result, error) {
 			}
 			if n > 0 {
 				if err := qp.PostSend(wrs[:n]); err != nil {
-					return Result{}, err
+					return err
 				}
 				outstanding[q] += n
 			}
 		}
-		k := s.cq.PollCQ(wc)
+		k := cq.PollCQ(wc)
 		if k == 0 {
 			runtime.Gosched()
 		}
 		for _, e := range wc[:k] {
 			if e.Status != verbs.WCSuccess {
-				return Result{}, fmt.Errorf("%s: work completion %v (%v)", c.Test, e.Status, e.VendorErr)
+				return fmt.Errorf("%s: work completion %v (%v)", c.Test, e.Status, e.VendorErr)
 			}
 			first, count := unwrid(e.WRID)
 			q := s.qpIdx[e.QPNum]
@@ -94,17 +127,14 @@ func runBWClient(s *side, peer Info) (Result, error) {
 					it := first + k*nqp
 					b := s.slot(s.slotOf(it))
 					if off := checkPattern(b, s.slotOf(it)); off >= 0 {
-						return Result{}, fmt.Errorf("read_bw: iteration %d: byte %d differs", it, off)
+						return fmt.Errorf("read_bw: iteration %d: byte %d differs", it, off)
 					}
 					clear(b)
 				}
 			}
 		}
 	}
-	r := bwResult(c, start.elapsed())
-	start.account(c, &r)
-	r.Checked = c.Check
-	return r, nil
+	return nil
 }
 
 // prepareBWServer gets the passive side ready: read targets hold known data, send_bw
@@ -140,8 +170,8 @@ func runSendBWServer(s *side) error {
 	wc := make([]verbs.WorkCompletion, 64)
 	var sge [1]verbs.SGE
 	var wr [1]verbs.RecvWR
-	for got := 0; got < c.Iters; {
-		k := s.cq.PollCQ(wc)
+	for got, i := 0, 0; got < c.Iters; i++ {
+		k := s.cqs[i%len(s.cqs)].PollCQ(wc) // the client's threads have a CQ each
 		if k == 0 {
 			runtime.Gosched()
 		}

@@ -24,6 +24,10 @@ type Config struct {
 	Iters int    `json:"iters"` // measured iterations (after warm-up)
 	MTU   int    `json:"mtu"`   // path MTU in bytes
 	QPs   int    `json:"qps"`   // queue pairs
+	// Threads is how many goroutines drive the client's QPs in the bandwidth tests, each
+	// with QPs of its own (QP i goes to thread i mod Threads) and a CQ of its own; 0 or 1:
+	// one.
+	Threads int `json:"threads,omitempty"`
 	// Queues is each device's receive queues (verbs.DeviceConfig.Queues; 0: its default).
 	// A client's applies to the server too.
 	Queues  int   `json:"queues,omitempty"`
@@ -69,6 +73,9 @@ func (c *Config) Defaults() {
 	if c.TxDepth == 0 {
 		c.TxDepth = 128
 	}
+	if c.Threads == 0 {
+		c.Threads = 1
+	}
 	if c.Timeout == 0 {
 		c.Timeout = 14
 	}
@@ -96,6 +103,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("tx-depth %d out of range 1..8192", c.TxDepth)
 	case strings.HasSuffix(c.Test, "_lat") && c.QPs != 1:
 		return fmt.Errorf("latency tests use one QP")
+	case c.Threads < 1 || c.Threads > c.QPs:
+		return fmt.Errorf("threads %d out of range 1..%d (each thread drives QPs of its own: raise --qps)", c.Threads, c.QPs)
 	case c.Test == "write_lat" && c.Ordering == verbs.OrderingWeak && c.Size > c.MTU:
 		return fmt.Errorf("write_lat polls the last byte of the buffer, which weak mode does not place last for messages longer than the MTU; use send_lat, or -s up to %d", c.MTU)
 	}

@@ -12,14 +12,21 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
-// TestLoopbackAll runs every test with a few iterations, checking every byte.
+// TestLoopbackAll runs every test with a few iterations, checking every byte; the
+// bandwidth tests also with two client goroutines (Config.Threads).
 func TestLoopbackAll(t *testing.T) {
 	for _, test := range Tests {
-		for _, c := range []Config{
+		cfgs := []Config{
 			{Test: test, Iters: 200, Check: true},
 			{Test: test, Iters: 100, Check: true, Size: 5000, MTU: 1024},
-		} {
-			if strings.HasSuffix(test, "_bw") {
+		}
+		if strings.HasSuffix(test, "_bw") {
+			// Two client goroutines over three QPs (-t 2), an iteration count that does
+			// not divide evenly.
+			cfgs = append(cfgs, Config{Test: test, Iters: 101, Check: true, QPs: 3, Threads: 2})
+		}
+		for _, c := range cfgs {
+			if strings.HasSuffix(test, "_bw") && c.QPs == 0 {
 				c.QPs = 2
 			}
 			r, err := RunLoopback(c, DefaultAddrs, true)

@@ -29,7 +29,8 @@ type side struct {
 	ctx   *verbs.Context
 	own   bool // Close closes ctx
 	pd    *verbs.PD
-	cq    *verbs.CQ
+	cq    *verbs.CQ   // cqs[0]
+	cqs   []*verbs.CQ // one per thread (Config.Threads): QP i completes on cqs[i % len]
 	qps   []*verbs.QP
 	psns  []uint32
 	buf   []byte
@@ -83,10 +84,16 @@ func (s *side) setup() error {
 	if c.Test == "send_bw" {
 		depth = 2 * c.TxDepth
 	}
-	cqe := max(depth*c.QPs*2, 64)
-	if s.cq, err = s.ctx.CreateCQ(cqe, nil, 0); err != nil {
-		return err
+	threads := max(1, c.Threads)
+	cqe := max(depth*((c.QPs+threads-1)/threads)*2, 64)
+	for range threads {
+		cq, err := s.ctx.CreateCQ(cqe, nil, 0)
+		if err != nil {
+			return err
+		}
+		s.cqs = append(s.cqs, cq)
 	}
+	s.cq = s.cqs[0]
 	s.buf = make([]byte, s.slots*c.Size+8)
 	// Touch every page now, as perftest initialises its buffers: first-touch page faults
 	// are not what a benchmark should measure.
@@ -97,7 +104,8 @@ func (s *side) setup() error {
 		return err
 	}
 	for i := 0; i < c.QPs; i++ {
-		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{
+		cq := s.cqs[i%len(s.cqs)]
+		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{
 			MaxSendWR: max(c.TxDepth, 16), MaxRecvWR: max(depth, 16), MaxSendSGE: 1, MaxRecvSGE: 1,
 			MaxInlineData: 64}})
 		if err != nil {
@@ -189,8 +197,8 @@ func (s *side) close() {
 	if s.mr != nil {
 		s.mr.DeregMR()
 	}
-	if s.cq != nil {
-		s.cq.DestroyCQ()
+	for _, cq := range s.cqs {
+		cq.DestroyCQ()
 	}
 	if s.pd != nil {
 		s.pd.DeallocPD()
