@@ -181,6 +181,7 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, o
 		return Result{}, err
 	}
 	defer conn.Close()
+	defer shareHost(conn.RemoteAddr())()
 	enc, dec := json.NewEncoder(conn), json.NewDecoder(bufio.NewReader(conn))
 	var h hello
 	if err := dec.Decode(&h); err != nil {
@@ -289,6 +290,7 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 		return Result{}, err
 	}
 	defer conn.Close()
+	defer shareHost(conn.RemoteAddr())()
 	enc, dec := json.NewEncoder(conn), json.NewDecoder(bufio.NewReader(conn))
 	if !devAddr.IsValid() {
 		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
