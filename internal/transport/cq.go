@@ -33,6 +33,8 @@ type CQ struct {
 
 	lost atomic.Uint64
 
+	queues atomic.Uint64 // bit i: a QP of the device's queue i completes here (see Progress)
+
 	// Moderation: an armed CQ's event waits until modCount matching completions arrived
 	// or modPeriod passed since the first of them (0, 0: at once).
 	modCount  int
@@ -274,6 +276,28 @@ func (c *CQ) Armed() bool {
 	return c.arm != armNone
 }
 
-// Progress gives the device's receive path a chance to run in the caller's goroutine; a
-// busy-polling consumer calls it when the CQ is empty.
-func (c *CQ) Progress() { c.dev.Progress() }
+// Progress gives the receive paths of the queues whose QPs complete on this CQ a chance
+// to run in the caller's goroutine; a busy-polling consumer calls it when the CQ is empty.
+// A CQ whose QPs all live on one queue costs one receive system call a poll, however many
+// queues the device has.
+func (c *CQ) Progress() {
+	m := c.queues.Load()
+	for i, u := range c.dev.queues {
+		if m&(1<<(i%64)) != 0 {
+			u.progress()
+		}
+	}
+}
+
+// addQueue records that a QP of queue u completes on c (see Progress). A destroyed QP's
+// queue stays recorded: polling it costs a system call, and forgetting it could leave a
+// QP created later without progress.
+func (c *CQ) addQueue(u *queue) {
+	bit := uint64(1) << (u.idx % 64)
+	for {
+		m := c.queues.Load()
+		if m&bit != 0 || c.queues.CompareAndSwap(m, m|bit) {
+			return
+		}
+	}
+}

@@ -182,6 +182,9 @@ func Open(cfg Config) (*Device, error) {
 	if queues <= 0 {
 		queues = DefaultQueues()
 	}
+	if queues > MaxQueues {
+		return nil, fmt.Errorf("transport: %d receive queues, at most %d", queues, MaxQueues)
+	}
 	if !netio.CanSteer {
 		queues = 1
 	}
@@ -253,6 +256,10 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
+// MaxQueues is the most receive queues a device has (a CQ keeps the queues of its QPs as
+// bits of a word).
+const MaxQueues = 64
+
 // DefaultQueues is Config.Queues's default: one receive queue for every two CPUs (one
 // for its goroutine, one for the application's), at most 8.
 func DefaultQueues() int { return max(1, min(runtime.NumCPU()/2, 8)) }
@@ -283,16 +290,6 @@ func (d *Device) Quiesce() {
 		u.rxMu.Lock()
 		u.quiesced++
 		u.rxMu.Unlock()
-	}
-}
-
-// Progress receives and processes whatever is queued on the device's sockets, in the
-// caller's goroutine, for each queue whose receive path is not busy elsewhere.
-// Busy-polling consumers call it (through CQ.Progress) so a completion does not wait for
-// a receive goroutine to wake.
-func (d *Device) Progress() {
-	for _, u := range d.queues {
-		u.progress()
 	}
 }
 

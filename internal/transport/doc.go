@@ -46,7 +46,7 @@
 //     the lists of QPs with ACKs, responses and requester work pending, held-back ACKs).
 //     Whoever processes the queue's packets holds it: its receive goroutine, its timer
 //     goroutine draining the socket before a loss timeout, or a consumer polling a CQ
-//     (Device.Progress, which only TryLocks it). A QP's packets are processed only under
+//     (CQ.Progress, which only TryLocks it). A QP's packets are processed only under
 //     its own queue's rxMu (QP.home): a packet that reaches another queue is dropped. It is held across the sendmmsg of the
 //     receive path's own batch, never across a socket read that can block.
 //   - QP.mu guards everything in a QP below the line "mu" in its declaration, including

@@ -191,11 +191,11 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 		if err := d.claimGSI(q); err != nil {
 			return nil, err
 		}
-		return q, nil
-	}
-	if err := d.allocQPN(q); err != nil {
+	} else if err := d.allocQPN(q); err != nil {
 		return nil, err
 	}
+	q.sendCQ.addQueue(q.home)
+	q.recvCQ.addQueue(q.home)
 	return q, nil
 }
 
