@@ -271,13 +271,16 @@ func (d *Device) Close() error {
 	}
 	for _, u := range d.queues {
 		u.timers.stop()
-		d.acks.leave(u)
 	}
 	err := d.conn.Close()
 	for _, u := range d.queues[1:] {
 		u.conn.Close()
 	}
 	d.wg.Wait()
+	// After the receive goroutines: one still running could hold ACKs back again.
+	for _, u := range d.queues {
+		d.acks.leave(u)
+	}
 	return err
 }
 
