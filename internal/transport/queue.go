@@ -40,7 +40,7 @@ type queue struct {
 	// read or write). A polling consumer that leaves responses pending rings the doorbell.
 	parked   bool
 	owned    []*QP
-	deferred []*QP // QPs with an ACK held back (see Progress)
+	deferred []*QP // QPs with an ACK held back (see progress)
 	// The spare halves of kickList and respList, swapped in so draining a list does not
 	// allocate a new one.
 	kickSpare, respSpare []*QP
@@ -51,7 +51,7 @@ type queue struct {
 	rxFrom               netip.AddrPort // where it came from
 	quiesced             uint64         // Quiesce calls that waited for the receive path
 
-	// polled is set when a consumer polls (Progress) and cleared when the receive goroutine
+	// polled is set when a consumer polls (progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
 	// wait to ride along with their sends.
 	polled   atomic.Bool
@@ -64,7 +64,7 @@ type queue struct {
 	qps int // live QPs on the queue, the GSI QP aside (the device's qpMu held)
 }
 
-// rxLoop is the device's receive goroutine: it sleeps in the runtime's network poller and
+// rxLoop is the queue's receive goroutine: it sleeps in the runtime's network poller and
 // runs every arriving packet to completion.
 func (u *queue) rxLoop() {
 	defer u.d.wg.Done()
@@ -72,7 +72,7 @@ func (u *queue) rxLoop() {
 }
 
 // rxReady drains the socket, then keeps polling for up to BusyPoll after the last packet
-// it found before going back to sleep (unless a consumer is polling the device, which then
+// it found before going back to sleep (unless a consumer is polling the queue, which then
 // receives the packets itself). It returns true to stop serving (device closed).
 func (u *queue) rxReady() bool {
 	spin := int64(u.d.cfg.BusyPoll)
@@ -117,7 +117,7 @@ func (u *queue) rxReady() bool {
 	}
 }
 
-// Progress receives and processes whatever is queued on the socket, in the caller's
+// progress receives and processes whatever is queued on the socket, in the caller's
 // goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
 // (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
 func (u *queue) progress() {
@@ -172,7 +172,7 @@ const ackDelay = 100 * time.Microsecond
 func (u *queue) flushDeferred() { u.flushDeferredOlder(0, false) }
 
 // flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held). With try
-// (another device's poller flushing for it) a QP whose lock is taken is left for later:
+// (another queue's poller flushing for it) a QP whose lock is taken is left for later:
 // its own goroutine is busy with it.
 func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 	if len(u.deferred) == 0 {
@@ -206,7 +206,7 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 }
 
 // processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
-// ACKs and responses they caused. While a consumer polls the device, ACKs are held back to
+// ACKs and responses they caused. While a consumer polls the queue, ACKs are held back to
 // ride along with its next send (see finishBatch).
 func (u *queue) processBatch(n int) {
 	u.polling = u.polled.Load()
@@ -296,7 +296,7 @@ func (u *queue) flushOut() {
 // finishBatch sends a round of pending read responses, coalesced ACKs and requester
 // packets that the batch's ACKs released (rxMu held). In a round each QP sends at most
 // respBudget response packets; a QP with more waits in respLater for the next round, which
-// comes after the socket was read again (rxReady, Progress), so that a peer's long READs
+// comes after the socket was read again (rxReady, progress), so that a peer's long READs
 // cannot hold up other QPs' packets, ACKs and completions.
 func (u *queue) finishBatch() {
 	u.respRound++
