@@ -66,7 +66,7 @@ flags:
 	fs.IntVar(&o.cfg.QPs, "qps", 1, "number of queue pairs (bandwidth tests)")
 	fs.IntVar(&o.cfg.Threads, "t", 1, "goroutines driving the client's QPs in the bandwidth tests, each with QPs and a CQ of its own (QP i: thread i mod t; at most --qps)")
 	fs.IntVar(&o.cfg.Threads, "threads", 1, "the same as -t")
-	fs.IntVar(&o.cfg.Queues, "queues", 0, "receive queues per device, each a socket with its own goroutines, packets steered by QP (default: one per two CPUs, at most 8; the client's applies to the server too)")
+	fs.IntVar(&o.cfg.Queues, "queues", 0, "receive queues per device, each a socket with its own goroutines, packets steered by QP (default: one per two CPUs, at most 8; a client's applies to the server too, unless the server was given its own)")
 	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
 	fs.BoolVar(&o.cfg.Check, "check", false, "verify every byte received or read")
 	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")
@@ -258,7 +258,7 @@ func run(o *options, pos []string) error {
 				via = fmt.Sprintf(" (QPs through the connection manager, service port %d)", o.port)
 			}
 			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d%s\n", c.Test, o.port, via)
-			r, err = perf.ServeOnce(c.Test, fmt.Sprintf(":%d", o.port), devAddr, c.Faults, c.Ordering, c.CM, o.stats, nil)
+			r, err = perf.ServeOnce(c, fmt.Sprintf(":%d", o.port), devAddr, o.stats, nil)
 		default:
 			r, err = perf.RunClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
 		}

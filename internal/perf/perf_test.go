@@ -68,7 +68,7 @@ func clientServer(srv server, c Config, clientDev netip.Addr, stats bool) (clien
 	addrc := make(chan net.Addr, 1)
 	sc := make(chan outcome, 1)
 	go func() {
-		r, err := ServeOnce(srv.test, "127.0.0.1:0", srv.devAddr, nil, srv.ordering, srv.cm, stats, func(a net.Addr) { addrc <- a })
+		r, err := ServeOnce(Config{Test: srv.test, Ordering: srv.ordering, CM: srv.cm}, "127.0.0.1:0", srv.devAddr, stats, func(a net.Addr) { addrc <- a })
 		sc <- outcome{r, err}
 	}()
 	r, err := RunClient(c, (<-addrc).String(), clientDev, stats)

@@ -163,11 +163,14 @@ func cmMismatch(client bool) error {
 }
 
 // ServeOnce listens on ctlAddr for one client, runs the test it asks for (which must be
-// test) and returns the client's result. The device binds to devAddr, or to the address
-// the client connected to if devAddr is not valid. With useCM the QPs are connected
-// through the connection manager, listening on the control port's number at the device
-// (the client must use --cm too).
-func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, ordering verbs.Ordering, useCM, stats bool, ready func(net.Addr)) (Result, error) {
+// own.Test) and returns the client's result. own is the server's side of the
+// configuration: its fault injection, the ordering it offers, whether the QPs are
+// connected through the connection manager (listening on the control port's number at the
+// device; the client must use --cm too), and, when set, its receive goroutines' busy-poll
+// time and its receive queues (otherwise the client's queues). The device binds to
+// devAddr, or to the address the client connected to if devAddr is not valid.
+func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready func(net.Addr)) (Result, error) {
+	test, faults, ordering, useCM := own.Test, own.Faults, own.Ordering, own.CM
 	ln, err := net.Listen("tcp", ctlAddr)
 	if err != nil {
 		return Result{}, err
@@ -200,6 +203,10 @@ func ServeOnce(test, ctlAddr string, devAddr netip.Addr, faults *verbs.Faults, o
 		return fail(cmMismatch(c.CM))
 	}
 	c.Faults = faults
+	c.BusyPoll = own.BusyPoll
+	if own.Queues != 0 {
+		c.Queues = own.Queues
+	}
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}
