@@ -178,6 +178,9 @@ type DeviceAttr struct {
 	MaxMsgSize      uint64
 	NumCompVectors  int
 	PhysPortCnt     int
+	// NumQueues is the device's receive queues (DeviceConfig.Queues, after defaults and
+	// fallback; not in libibverbs, whose devices hide their RSS queues).
+	NumQueues int
 }
 
 // Context is an open software RDMA device (ibv_context).
@@ -369,6 +372,7 @@ func (c *Context) Close() error {
 func (c *Context) QueryDevice() DeviceAttr {
 	a := c.attr
 	a.NumCompVectors = c.handlerSet().live // handlers may be added and removed
+	a.NumQueues = c.dev.Queues()
 	return a
 }
 

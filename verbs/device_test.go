@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -51,6 +52,23 @@ func TestQueryDevice(t *testing.T) {
 	}
 	if a.NodeGUID == other.QueryDevice().NodeGUID {
 		t.Errorf("two devices report the same NodeGUID %#x", a.NodeGUID)
+	}
+	if a.NumQueues < 1 || other.QueryDevice().NumQueues < 1 {
+		t.Errorf("NumQueues %d and %d, want at least 1", a.NumQueues, other.QueryDevice().NumQueues)
+	}
+	if runtime.GOOS == "linux" {
+		// Devices opened after other is closed: ipB's port is free again.
+		other.Close()
+		three := openDevice(t, ipB, verbs.DeviceConfig{Queues: 3})
+		if n := three.QueryDevice().NumQueues; n != 3 {
+			t.Errorf("NumQueues with DeviceConfig.Queues 3 = %d", n)
+		}
+		if len(three.Counters().Queues) != 3 {
+			t.Errorf("Counters().Queues has %d entries, want 3", len(three.Counters().Queues))
+		}
+	}
+	if _, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: ipB, Port: verbs.AnyPort, Queues: 65}); err == nil {
+		t.Error("65 queues accepted, want an error")
 	}
 }
 
