@@ -115,8 +115,8 @@ type DeviceConfig struct {
 	// the device's address and port (SO_REUSEPORT) with its own receive goroutine and
 	// timers, the kernel steering every packet to the queue of its destination QP (a
 	// classic BPF program reads the BTH's destination QP: a NIC's receive-side scaling by
-	// QP). A QP lives on queue QPN mod Queues. 0: one for every two CPUs, at most 8
-	// (transport.DefaultQueues); where the kernel cannot steer (not Linux), always 1.
+	// QP). A QP lives on queue QPN mod Queues. 0: one for every two processors the process
+	// runs on (GOMAXPROCS), at most 8 (transport.DefaultQueues); where the kernel cannot steer (not Linux), always 1.
 	Queues int
 	// Capture, if set (and PcapFile is not), is a capture the device writes to; several
 	// devices may share one. The device does not close it.
