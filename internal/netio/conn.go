@@ -112,10 +112,7 @@ func Listen(cfg Config) (*Conn, error) {
 		return nil, errors.New("netio: no local address")
 	}
 	ip := cfg.Local.Addr().Unmap()
-	network := "udp4"
-	if ip.Is6() {
-		network = "udp6"
-	}
+	network := udpNetwork(ip)
 	lc := net.ListenConfig{}
 	if cfg.ReusePort {
 		lc.Control = func(_, _ string, rc syscall.RawConn) error {
@@ -177,13 +174,21 @@ func Listen(cfg Config) (*Conn, error) {
 // from ports such groups hold), and the two devices would share each other's traffic.
 func CheckPort(local netip.AddrPort) (netip.AddrPort, error) {
 	ip := local.Addr().Unmap()
-	uc, err := net.ListenUDP(map[bool]string{true: "udp4", false: "udp6"}[ip.Is4()], net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, local.Port())))
+	uc, err := net.ListenUDP(udpNetwork(ip), net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, local.Port())))
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("netio: bind %v: %w", local, err)
 	}
 	ap := uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	uc.Close()
 	return netip.AddrPortFrom(ip, ap.Port()), nil
+}
+
+// udpNetwork is the net package's network name for UDP on ip (unmapped).
+func udpNetwork(ip netip.Addr) string {
+	if ip.Is6() {
+		return "udp6"
+	}
+	return "udp4"
 }
 
 // Sources returns how many sockets the Conn sends from: its own (source 0) and the

@@ -6,13 +6,12 @@ import (
 )
 
 // AckGroup is a set of devices (their receive queues) that flush each other's held-back
-// ACKs. While a consumer
-// polls a device, the receive path holds ACKs back for up to ackDelay so that they ride
-// along with the consumer's next send; a goroutine that polls one device of a group also
-// sends the ACKs another device of the group has held back for a while, so that a program
-// driving several devices from one goroutine does not leave their peers waiting. Whoever
-// opens devices that share consumers gives them one group (package verbs: one per
-// process).
+// ACKs. While a consumer polls a device, the receive path holds ACKs back for up to
+// ackDelay so that they ride along with the consumer's next send; a goroutine that polls
+// one device of a group also sends the ACKs another device of the group has held back for
+// a while, so that a program driving several devices from one goroutine does not leave
+// their peers waiting. Whoever opens devices that share consumers gives them one group
+// (package verbs: one per process).
 type AckGroup struct {
 	holding atomic.Int32 // members holding ACKs back, read on every poll
 	mu      mutex        // serialises joins and leaves
@@ -74,8 +73,8 @@ func (g *AckGroup) hold(d *queue, held bool) {
 const crossFlushAge = int64(5 * time.Microsecond)
 
 // flushOthers sends the ACKs held back for at least crossFlushAge by the queues of the
-// group other than d, whose receive path is free (d's rxMu held). It takes no lock but theirs,
-// and only if free.
+// group other than d, whose receive path is free (d's rxMu held). It takes no lock but
+// theirs, and only if free.
 func (g *AckGroup) flushOthers(d *queue) {
 	if g.holding.Load() == 0 {
 		return
