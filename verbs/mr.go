@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/softrnic/softrnic/internal/pages"
 	"github.com/softrnic/softrnic/internal/tpt"
 )
 
@@ -109,7 +110,9 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error
 		return nil, fmt.Errorf("verbs: RegMR: %w: %d bytes exceed max_mr_size", ErrInvalid, len(buf))
 	}
 	if access&AccessOnDemand == 0 {
-		populate(buf)
+		// Otherwise the first remote WRITE into fresh memory takes a page fault per page
+		// in the receive path, which then falls behind the socket: drops, retransmissions.
+		pages.Populate(buf)
 	}
 	onDemand := access&AccessOnDemand != 0
 	access &^= AccessOnDemand

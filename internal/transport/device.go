@@ -91,7 +91,7 @@ type Device struct {
 
 	atomicMu mutex // serialises remote atomic operations (ATOMIC_HCA semantics)
 
-	batches sync.Pool // *netio.SendBatch for transmit from other goroutines
+	batches batchList // send batches for transmit from goroutines other than a queue's
 
 	// acks is the set of devices whose held-back ACKs a goroutine polling this device
 	// also flushes (Config.AckGroup; a group of its own if none was given).
@@ -236,7 +236,7 @@ func Open(cfg Config) (*Device, error) {
 		qpns:  ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
 	d.qpMu.rank, d.atomicMu.rank = rankQPTable, rankAtomic
-	d.batches.New = func() any { return netio.NewSendBatch(outPkts, outIovs, outArena) }
+	d.batches.init()
 	if d.acks = cfg.AckGroup; d.acks == nil {
 		d.acks = NewAckGroup()
 	}
@@ -414,5 +414,5 @@ func (d *Device) freeQPN(q *QP) {
 	d.qpMu.Unlock()
 }
 
-func (d *Device) getBatch() *netio.SendBatch  { return d.batches.Get().(*netio.SendBatch) }
-func (d *Device) putBatch(b *netio.SendBatch) { d.batches.Put(b) }
+func (d *Device) getBatch() *netio.SendBatch  { return d.batches.get() }
+func (d *Device) putBatch(b *netio.SendBatch) { d.batches.put(b) }

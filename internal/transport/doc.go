@@ -33,7 +33,7 @@
 // never the other way round (a goroutine holding a lock on the right never waits for one on
 // its left):
 //
-//	queue.rxMu → QP.mu → RecvQueue.mu, CQ.mu, Device.atomicMu, timerQueue.mu, AckGroup.mu, tpt.Table.mu
+//	queue.rxMu → QP.mu → RecvQueue.mu, CQ.mu, Device.atomicMu, timerQueue.mu, AckGroup.mu, batchList.mu, tpt.Table.mu
 //
 // Device.qpMu (the QP table) is taken alone or under rxMu, never with a QP's lock held.
 // Another queue's rxMu (of the same device or another) is only ever TryLocked under one's
@@ -60,7 +60,8 @@
 //     builder of a QP's requests, so packets leave in PSN order without holding QP.mu
 //     across the send; work arriving meanwhile sets txPending and is picked up by the
 //     owner. Destroy waits on QP.txIdle until no goroutine owns transmission.
-//   - RecvQueue.mu, CQ.mu and the rest guard their own objects only.
+//   - RecvQueue.mu, CQ.mu and the rest guard their own objects only (batchList.mu: the
+//     device's spare send batches).
 //
 // Callbacks into the layer above (package verbs) are CQ notify functions and
 // Device.OnEvent. They run with no lock of the CQ or receive queue that fired them, but

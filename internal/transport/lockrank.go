@@ -18,11 +18,12 @@ const (
 	rankAtomic                       // Device.atomicMu
 	rankTimers                       // timerQueue.mu
 	rankAckGroup                     // AckGroup.mu
+	rankBatches                      // batchList.mu
 )
 
 var rankNames = [...]string{rankRx: "queue.rxMu", rankQPTable: "Device.qpMu", rankQP: "QP.mu",
 	rankRecvQ: "RecvQueue.mu", rankCQ: "CQ.mu", rankAtomic: "Device.atomicMu", rankTimers: "timerQueue.mu",
-	rankAckGroup: "AckGroup.mu"}
+	rankAckGroup: "AckGroup.mu", rankBatches: "batchList.mu"}
 
 func (r lockRank) String() string {
 	if int(r) < len(rankNames) && rankNames[r] != "" {

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package pages
+
+// Populate does nothing where the kernel offers no way to fault pages in without
+// touching them: they fault in on first use.
+func Populate([]byte) {}
