@@ -3,6 +3,7 @@ package msg
 import (
 	"time"
 
+	"github.com/softrnic/softrnic/internal/pages"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -82,14 +83,12 @@ func (bp *bufPool) refill(n int, delay time.Duration) {
 	})
 }
 
-// residentBufs allocates count buffers of n bytes and faults their pages in.
+// residentBufs allocates count buffers of n bytes and makes their pages resident.
 func residentBufs(count, n int) [][]byte {
 	bufs := make([][]byte, count)
 	for i := range bufs {
 		bufs[i] = make([]byte, n)
-		for j := 0; j < n; j += 4096 {
-			bufs[i][j] = 0 // a write: the page is the process's now
-		}
+		pages.Prepare(bufs[i])
 	}
 	return bufs
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
+	"github.com/softrnic/softrnic/internal/pages"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -172,7 +173,9 @@ func newPeer(c *Comm, r int) (*peer, error) {
 	if p.ring, err = c.regBuf(c.cfg.Slots*c.cfg.Phases[0], verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
-	if p.ackMR, err = c.pd.RegMR(make([]byte, ackAreaLen), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	ack := make([]byte, ackAreaLen)
+	pages.Prepare(ack) // its first acknowledgement must not wait for its page
+	if p.ackMR, err = c.pd.RegMR(ack, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	if err := p.newStage(c.cfg.Phases[0]); err != nil {

@@ -9,6 +9,8 @@
 //	                                 small message to every other rank
 //	rmsgrun -np 9 rmsg enlarge       what an enlargement costs: rank 0 and each other rank
 //	                                 time the round trip that enlarges their connection
+//	                                 (-phases 16384,131072: the same first round trip with
+//	                                 no enlargement; bench/enlarge.sh compares the two)
 //	rmsgrun -np 4 rmsg selftest      point-to-point, enlargement, rendezvous, collectives
 //	mpirun -np 4 -x SOFTRNIC_ROOT=127.0.0.1:29500 rmsg selftest
 //
@@ -45,6 +47,7 @@ type result struct {
 	SteadyUS     float64 `json:"steady_us,omitempty"`
 	SmallRTTUS   float64 `json:"small_rtt_us,omitempty"`
 	ExtraRTTs    float64 `json:"extra_rtts,omitempty"`
+	Enlarged     bool    `json:"enlarged,omitempty"` // enlarge: the timed first round trip enlarged the connection
 	Conns        int     `json:"conns,omitempty"`
 	PerConnBytes int     `json:"per_conn_bytes,omitempty"`
 	LargeBytes   int     `json:"large_per_conn_bytes,omitempty"`
@@ -58,6 +61,7 @@ func main() {
 	ordering := fs.String("ordering", "ordered", "offer ordered or weak delivery")
 	conns := fs.Int("conns", 0, "memory: measure rank 0 with this many connections, the other ranks all hosted by the launcher's rank 1 (run with -np 2)")
 	cpuprofile := fs.String("cpuprofile", "", "write each rank's CPU profile to this file, suffixed with .RANK")
+	phases := fs.String("phases", "", "eager slot sizes, comma-separated, smallest first (default msg.DefaultPhases); enlarge with a first phase of 16384 times the same first round trip without an enlargement")
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|selftest [flags]   (under rmsgrun or mpirun)")
 		os.Exit(2)
@@ -65,6 +69,11 @@ func main() {
 	test := os.Args[1]
 	fs.Parse(os.Args[2:])
 	cfg := msg.Config{}
+	for _, f := range strings.Split(*phases, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			cfg.Phases = append(cfg.Phases, n)
+		}
+	}
 	if *ordering == "weak" {
 		cfg.Ordering = verbs.OrderingWeak
 	}
@@ -109,8 +118,12 @@ func main() {
 		}
 		switch {
 		case r.FirstUS > 0:
-			fmt.Printf("%-10s %9d B first round trip %.1f us, then %.1f us; a small round trip %.1f us: the enlargement cost %.2f extra small round trips (median of %d connections)\n",
-				r.Test, r.Size, r.FirstUS, r.SteadyUS, r.SmallRTTUS, r.ExtraRTTs, r.Conns)
+			how := "it enlarged them"
+			if !r.Enlarged {
+				how = "no enlargement: the first phase holds the message"
+			}
+			fmt.Printf("%-10s %9d B first round trip %.1f us, then %.1f us; a small round trip %.1f us: the first took %.2f small round trips more than the steady one (median of %d connections; %s)\n",
+				r.Test, r.Size, r.FirstUS, r.SteadyUS, r.SmallRTTUS, r.ExtraRTTs, r.Conns, how)
 		case r.Conns > 0:
 			printMemory(r)
 		case r.MBps > 0:
@@ -444,7 +457,8 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 		for i := range first {
 			extra[i] = (first[i] - steady[i]) / smallRT[i]
 		}
-		out(result{Test: "enlarge", Size: size, FirstUS: med(first), SteadyUS: med(steady), SmallRTTUS: med(smallRT), ExtraRTTs: med(extra), Conns: len(first)})
+		out(result{Test: "enlarge", Size: size, FirstUS: med(first), SteadyUS: med(steady), SmallRTTUS: med(smallRT), ExtraRTTs: med(extra), Conns: len(first),
+			Enlarged: c.Stats().Enlargements > 0})
 	}
 	return nil
 }

@@ -36,8 +36,8 @@ type outPkt struct {
 }
 
 // NewSendBatch allocates a batch for up to maxPkts datagrams, maxIovs slices in all and an
-// arena of arenaBytes for headers. Its memory is resident from the start: otherwise the
-// first send of each size faults in the pages it reaches, one fault each in a post.
+// arena of arenaBytes for headers. Its memory is resident from the start (pages.Prepare):
+// otherwise the first send of each size faults in the pages it reaches, in a post.
 func NewSendBatch(maxPkts, maxIovs, arenaBytes int) *SendBatch {
 	b := &SendBatch{
 		pkts:  make([]outPkt, 0, maxPkts),
@@ -47,12 +47,12 @@ func NewSendBatch(maxPkts, maxIovs, arenaBytes int) *SendBatch {
 		cmsg:  make([]byte, maxPkts*cmsgSlot),
 		segs:  make([]byte, 8*maxPkts),
 	}
-	pages.PopulateSlice(b.pkts)
-	pages.PopulateSlice(b.iovs)
-	pages.PopulateSlice(b.msgs)
-	pages.Populate(b.arena)
-	pages.Populate(b.cmsg)
-	pages.Populate(b.segs)
+	pages.PrepareSlice(b.pkts)
+	pages.PrepareSlice(b.iovs)
+	pages.PrepareSlice(b.msgs)
+	pages.Prepare(b.arena)
+	pages.Prepare(b.cmsg)
+	pages.Prepare(b.segs)
 	return b
 }
 

@@ -11,8 +11,32 @@ import "unsafe"
 // Size is the page size Populate rounds to.
 const Size = 4096
 
+// Prepare makes buf, memory the caller owns and that holds nothing yet, ready for use: it
+// populates the pages, then writes a zero to each from the process itself. In this
+// project's virtual machines the process's first access to a page costs another 3-4 µs
+// even after the kernel populated it (against 13-20 µs for a page neither has touched),
+// which this pays here rather than in the data path.
+func Prepare(buf []byte) {
+	Populate(buf)
+	for i := 0; i < len(buf); i += Size {
+		buf[i] = 0
+	}
+}
+
 // PopulateSlice is Populate over the backing array of s, to its capacity.
 func PopulateSlice[T any](s []T) {
 	var zero T
 	Populate(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), cap(s)*int(unsafe.Sizeof(zero))))
+}
+
+// PrepareSlice is Prepare over the backing array of s, to its capacity, for a slice that
+// holds only zero values yet: it writes the zero value of T once a page.
+func PrepareSlice[T any](s []T) {
+	PopulateSlice(s)
+	s = s[:cap(s)]
+	var zero T
+	step := max(1, Size/max(1, int(unsafe.Sizeof(zero))))
+	for i := 0; i < len(s); i += step {
+		s[i] = zero
+	}
 }
