@@ -19,8 +19,8 @@ func TestPopulateKeepsContents(t *testing.T) {
 		t.Fatal("Populate changed the memory")
 	}
 	type rec struct {
-		p *int
-		n [40]byte
+		P *int
+		N [40]byte
 	}
 	PopulateSlice(make([]rec, 0, 300))
 	fresh := make([]byte, 3*Size+17)
