@@ -171,3 +171,37 @@ func TestScapyRequestsAnyIdentification(t *testing.T) {
 		t.Errorf("%d ICRC errors", k.ICRCErrors)
 	}
 }
+
+// Datagrams shorter than any RoCEv2 packet (BTH and ICRC: 16 bytes), empty ones and
+// doorbell-sized ones included, from another socket are malformed, not ICRC errors, and
+// none of them wakes or disturbs the device: a real packet after them is taken.
+func TestShortDatagramsMalformed(t *testing.T) {
+	a, b := defaultPair(t)
+	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipA, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	before := b.ctx.Counters()
+	const short = wire.BTHLen + wire.ICRCLen
+	for n := 0; n < short; n++ {
+		if _, err := uc.WriteToUDPAddrPort(bytes.Repeat([]byte{0xA5}, n), b.ctx.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the short datagrams counted", func() bool {
+		driveProgress()
+		return b.ctx.Counters().Malformed-before.Malformed >= short
+	})
+	if k := b.ctx.Counters(); k.Malformed-before.Malformed != short || k.ICRCErrors != before.ICRCErrors {
+		t.Fatalf("malformed %d (want %d), ICRC errors %d", k.Malformed-before.Malformed, short, k.ICRCErrors-before.ICRCErrors)
+	}
+	src := mustReg(t, a.pd, pattern(32, 1), verbs.AccessLocalWrite)
+	dst := mustReg(t, b.pd, make([]byte, 32), verbs.AccessLocalWrite)
+	mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 7, SGList: sge(dst, 0, 32)})
+	mustPostSend(t, a.qp, verbs.SendWR{WRID: 8, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(src, 0, 32)})
+	if wc := pollOne(t, b.rcq); wc.Status != verbs.WCSuccess || wc.WRID != 7 {
+		t.Fatalf("receive after the short datagrams: %+v", wc)
+	}
+	checkBytes(t, "received", dst.Buf(), src.Buf())
+}

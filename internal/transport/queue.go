@@ -244,6 +244,10 @@ func (u *queue) input(pkt []byte, from netip.AddrPort) {
 	if u.d.tap.w != nil {
 		u.d.tap.received(from, id, pkt)
 	}
+	if len(pkt) < wire.BTHLen+wire.ICRCLen {
+		u.rx.malformed++ // shorter than any RoCEv2 packet: no ICRC to check
+		return
+	}
 	if !ok {
 		u.rx.icrc++
 		return
