@@ -35,12 +35,3 @@ func TestBatchList(t *testing.T) {
 		t.Fatalf("%d spare batches kept, want at most %d", len(l.free), maxSpareBatches)
 	}
 }
-
-// Taking and giving back a batch allocates nothing.
-func TestBatchListAllocs(t *testing.T) {
-	var l batchList
-	l.init()
-	if n := testing.AllocsPerRun(100, func() { l.put(l.get()) }); n != 0 {
-		t.Fatalf("%v allocations per get and put", n)
-	}
-}
