@@ -63,7 +63,7 @@ func main() {
 	cpuprofile := fs.String("cpuprofile", "", "write each rank's CPU profile to this file, suffixed with .RANK")
 	phases := fs.String("phases", "", "eager slot sizes, comma-separated, smallest first (default msg.DefaultPhases); enlarge with a first phase of 16384 times the same first round trip without an enlargement")
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|selftest [flags]   (under rmsgrun or mpirun)")
+		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|enlarge|selftest [flags]   (under rmsgrun or mpirun)")
 		os.Exit(2)
 	}
 	test := os.Args[1]
