@@ -240,13 +240,13 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	queues := cfg.Queues
 	if env := os.Getenv(QueuesEnv); queues == 0 && env != "" {
 		n, err := strconv.Atoi(env)
-		if err != nil || n < 1 || n > 64 {
-			return nil, fmt.Errorf("verbs: open device: %s=%q: want a number of queues from 1 to 64", QueuesEnv, env)
+		if err != nil || n < 1 || n > transport.MaxQueues {
+			return nil, fmt.Errorf("verbs: open device: %s=%q: want a number of queues from 1 to %d", QueuesEnv, env, transport.MaxQueues)
 		}
 		queues = n
 	}
-	if queues < 0 || queues > 64 {
-		return nil, fmt.Errorf("verbs: open device: %w: %d queues (1 to 64, or 0 for the default)", ErrInvalid, queues)
+	if queues < 0 || queues > transport.MaxQueues {
+		return nil, fmt.Errorf("verbs: open device: %w: %d queues (1 to %d, or 0 for the default)", ErrInvalid, queues, transport.MaxQueues)
 	}
 	hcfg := cfg.CompletionHandlers
 	switch {

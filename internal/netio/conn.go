@@ -183,6 +183,11 @@ func CheckPort(local netip.AddrPort) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(ip, ap.Port()), nil
 }
 
+// setReusePort lets sockets of this user share the address and port (before bind).
+func setReusePort(fd int) error {
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+}
+
 // udpNetwork is the net package's network name for UDP on ip (unmapped).
 func udpNetwork(ip netip.Addr) string {
 	if ip.Is6() {

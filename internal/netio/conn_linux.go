@@ -55,11 +55,6 @@ func isAgain(e syscall.Errno) bool { return e == unix.EAGAIN || e == unix.EWOULD
 // programs, since 4.5).
 const CanSteer = true
 
-// setReusePort lets sockets of this user share the address and port (before bind).
-func setReusePort(fd int) error {
-	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-}
-
 // SteerByQP attaches to c's reuse-port group (Conns bound to one address and port with
 // Config.ReusePort) a classic BPF program that hands each datagram to the group's socket
 // number DestQP mod queues, DestQP being the 24-bit destination QP of the RoCEv2 base

@@ -46,11 +46,6 @@ func setBuffer(fd, opt, want int) int {
 // CanSteer reports whether SteerByQP can work here: not on this system.
 const CanSteer = false
 
-// setReusePort lets sockets of this user share the address and port (before bind).
-func setReusePort(fd int) error {
-	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-}
-
 // SteerByQP is Linux's (a classic BPF reuse-port program); elsewhere a device keeps one
 // receive queue.
 func (c *Conn) SteerByQP(queues int) error {
