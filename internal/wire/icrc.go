@@ -122,7 +122,7 @@ func (f *Flow) ICRC(pkt []byte) uint32 {
 	var buf [pseudoLen]byte
 	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
 	c := crcSmall(0, buf[:n])
-	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+	return crcUpdate(c, pkt[BTHLen:])
 }
 
 // ICRCParts computes the ICRC of a packet held in pieces: hdr (BTH and extended headers),
@@ -138,11 +138,11 @@ func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {
 	var buf [pseudoLen]byte
 	n := f.prefix(&buf, hdr, tlen)
 	c := crcSmall(0, buf[:n])
-	c = crc32.Update(c, crc32.IEEETable, hdr[BTHLen:])
+	c = crcUpdate(c, hdr[BTHLen:])
 	for _, p := range payload {
-		c = crc32.Update(c, crc32.IEEETable, p)
+		c = crcUpdate(c, p)
 	}
-	return crc32.Update(c, crc32.IEEETable, pad)
+	return crcUpdate(c, pad)
 }
 
 // PutICRC stores the ICRC in its wire byte order (least significant byte first).

@@ -1,0 +1,11 @@
+//go:build !amd64
+
+package wire
+
+import "hash/crc32"
+
+// crcUpdate is crc32.Update(crc, crc32.IEEETable, p); amd64 has a faster one for long
+// inputs (crc_amd64.go).
+func crcUpdate(crc uint32, p []byte) uint32 {
+	return crc32.Update(crc, crc32.IEEETable, p)
+}

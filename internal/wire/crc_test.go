@@ -1,0 +1,92 @@
+package wire
+
+import (
+	"hash/crc32"
+	"math/bits"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// TestCRCUpdate checks crcUpdate against the standard library over every length to 2 KiB
+// and longer ones, from any starting register and at any alignment.
+func TestCRCUpdate(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 20000)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	check := func(off, n int) {
+		t.Helper()
+		crc := r.Uint32()
+		p := buf[off : off+n]
+		if got, want := crcUpdate(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+			t.Fatalf("crcUpdate(%#x, %d bytes at %d) = %#x, want %#x", crc, n, off, got, want)
+		}
+	}
+	for n := 0; n <= 2048; n++ {
+		check(n%61, n)
+	}
+	for _, n := range []int{4095, 4096, 4097, 4112, 8192, 9000, 16384, 19000} {
+		for off := 0; off < 64; off += 7 {
+			check(off, n)
+		}
+	}
+}
+
+// TestFoldConstants derives foldAVX512's constants: x^(D-32) and x^(D+32) modulo the
+// CRC-32 polynomial, bit-reflected and shifted left by one, for D = 2048, 512 and 128 bits.
+func TestFoldConstants(t *testing.T) {
+	xnmod := func(n int) uint32 { // x^n mod P, P = x^32 + 0x04C11DB7, normal bit order
+		var r uint32 = 1
+		for range n {
+			hi := r >> 31
+			r <<= 1
+			if hi != 0 {
+				r ^= 0x04C11DB7
+			}
+		}
+		return r
+	}
+	k := func(n int) uint64 { return uint64(bits.Reverse32(xnmod(n))) << 1 }
+	for _, c := range []struct {
+		d      int
+		lo, hi uint64
+	}{{2048, 0x1322d1430, 0x11542778a}, {512, 0x1c6e41596, 0x154442bd4}, {128, 0xccaa009e, 0x1751997d0}} {
+		if k(c.d-32) != c.lo || k(c.d+32) != c.hi {
+			t.Errorf("D=%d: constants %#x, %#x; derived %#x, %#x", c.d, c.lo, c.hi, k(c.d-32), k(c.d+32))
+		}
+	}
+}
+
+var crcSink uint32
+
+// BenchmarkCRC compares crcUpdate with the standard library's CRC at a few lengths.
+func BenchmarkCRC(b *testing.B) {
+	for _, n := range []int{256, 512, 1024, 4096} {
+		p := make([]byte, n)
+		b.Run("softrnic/"+strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				crcSink = crcUpdate(crcSink, p)
+			}
+		})
+		b.Run("stdlib/"+strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				crcSink = crc32.Update(crcSink, crc32.IEEETable, p)
+			}
+		})
+	}
+}
+
+// FuzzCRCUpdate compares crcUpdate with the standard library on any input.
+func FuzzCRCUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 4096))
+	f.Add(uint32(0xFFFFFFFF), make([]byte, 600))
+	f.Fuzz(func(t *testing.T, crc uint32, p []byte) {
+		if got, want := crcUpdate(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+			t.Fatalf("crcUpdate(%#x, %d bytes) = %#x, want %#x", crc, len(p), got, want)
+		}
+	})
+}
