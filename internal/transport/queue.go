@@ -48,6 +48,7 @@ type queue struct {
 	flushNow             bool // rxOut holds an ACK that should not wait for the batch's end
 	rx                   rxStats
 	rxPkt                wire.Packet    // the packet being processed (not on the stack: it goes through the mode interface)
+	ids                  wire.IDSolver  // the ICRC's identification arithmetic, as tables for frequent lengths
 	rxFrom               netip.AddrPort // where it came from
 	quiesced             uint64         // Quiesce calls that waited for the receive path
 
@@ -240,7 +241,7 @@ func (u *queue) input(pkt []byte, from netip.AddrPort) {
 	flow := wire.Flow{Src: from.Addr(), Dst: u.d.local.Addr(), SrcPort: from.Port(), DstPort: u.d.local.Port(), DF: u.d.v4}
 	// Any IPv4 identification: a standard peer's is not 0, and a UDP socket does not show
 	// it (see wire.VerifyICRCAnyID for what is then verified).
-	id, ok := flow.VerifyICRCAnyID(pkt)
+	id, ok := u.ids.VerifyICRCAnyID(&flow, pkt)
 	if u.d.tap.w != nil {
 		u.d.tap.received(from, id, pkt)
 	}

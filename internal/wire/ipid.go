@@ -135,6 +135,13 @@ func topBit(v uint32) uint32 { return 1 << (31 - bits.LeadingZeros32(v)) }
 
 // solve returns the identification v with c(v) = r, if there is one.
 func (m *idMath) solve(r uint32) (uint16, bool) {
+	v, rest := m.solveRaw(r)
+	return v, rest == 0
+}
+
+// solveRaw reduces r by the basis: it returns the identification and what is left, 0 when
+// r = c(v). Both are linear in r.
+func (m *idMath) solveRaw(r uint32) (uint16, uint32) {
 	var v uint16
 	for i := range m.basis {
 		if r&topBit(m.basis[i]) != 0 {
@@ -142,7 +149,7 @@ func (m *idMath) solve(r uint32) (uint16, bool) {
 			v ^= m.comb[i]
 		}
 	}
-	return v, r == 0
+	return v, r
 }
 
 // topByteIndex maps the top byte of T[x] back to x.
@@ -199,8 +206,13 @@ func SegmentICRC(icrc []byte, tlen int, id uint16) {
 
 // VerifyICRCAnyID checks the ICRC at the end of pkt (BTH to end, including the ICRC)
 // whatever the packet's IPv4 identification was, and returns that identification. For
-// IPv6 (which has none) it is VerifyICRC. The Flow's own IPID is not used.
+// IPv6 (which has none) it is VerifyICRC. The Flow's own IPID is not used. A receive path
+// that verifies many packets uses an IDSolver, which does the same faster.
 func (f *Flow) VerifyICRCAnyID(pkt []byte) (id uint16, ok bool) {
+	return f.verifyAnyID(pkt, nil)
+}
+
+func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver) (id uint16, ok bool) {
 	if len(pkt) < BTHLen+ICRCLen {
 		return 0, false
 	}
@@ -214,6 +226,88 @@ func (f *Flow) VerifyICRCAnyID(pkt []byte) (id uint16, ok bool) {
 	if !f.v4() {
 		return 0, false
 	}
+	if s != nil {
+		return s.solve(diff, len(pkt))
+	}
 	m := idTables()
 	return m.solve(m.advance(diff, icrcInputLen(len(pkt))-idOffset-2, true))
+}
+
+// IDSolver verifies ICRCs whatever the IPv4 identification, as Flow.VerifyICRCAnyID does,
+// keeping for the packet lengths it sees most the whole solution as a table: the
+// identification and what is left after solving are linear maps of the ICRC difference
+// (Z^-L, then the elimination), so four lookups, one per byte of the difference, replace
+// about a hundred. A table is for one length; a stream of full-sized packets hits it. The
+// zero value is ready to use; it is not safe for concurrent use (one per receive queue).
+//
+// What a peer can make it do is bounded: a length must be seen idTableAfter times in a row
+// before it gets a table, and a table is built at most once per idTableEvery packets, so a
+// peer varying its lengths gets the arithmetic VerifyICRCAnyID does, never more.
+type IDSolver struct {
+	tabs    [2]idTable // the lengths with tables; tabs[0] the most recently built
+	cand    int        // a length without a table, seen candRun times in a row
+	candRun int
+	since   int // packets solved since the last table was built
+}
+
+const (
+	idTableAfter = 16   // packets of one length in a row before it gets a table
+	idTableEvery = 4096 // packets between two tables built
+)
+
+// idTable solves for one transport length: t[k][b] is the solution for byte k of the
+// difference being b: the identification in bits 32-47, the remainder (0 for a valid
+// packet) in bits 0-31.
+type idTable struct {
+	tlen int
+	t    *[4][256]uint64
+}
+
+// VerifyICRCAnyID is Flow.VerifyICRCAnyID(pkt) for flow f.
+func (s *IDSolver) VerifyICRCAnyID(f *Flow, pkt []byte) (id uint16, ok bool) {
+	return f.verifyAnyID(pkt, s)
+}
+
+// solve finds the identification that explains an ICRC difference diff for a packet whose
+// transport part is tlen bytes.
+func (s *IDSolver) solve(diff uint32, tlen int) (uint16, bool) {
+	s.since++
+	for i := range s.tabs {
+		if tb := &s.tabs[i]; tb.tlen == tlen && tb.t != nil {
+			t := tb.t
+			r := t[0][byte(diff)] ^ t[1][byte(diff>>8)] ^ t[2][byte(diff>>16)] ^ t[3][diff>>24]
+			return uint16(r >> 32), uint32(r) == 0
+		}
+	}
+	if tlen == s.cand {
+		s.candRun++
+	} else {
+		s.cand, s.candRun = tlen, 1
+	}
+	if s.candRun >= idTableAfter && (s.since >= idTableEvery || s.tabs[1].t == nil) {
+		s.tabs[1] = s.tabs[0]
+		s.tabs[0] = idTable{tlen: tlen, t: buildIDTable(tlen)}
+		s.since, s.cand, s.candRun = 0, 0, 0
+	}
+	m := idTables()
+	return m.solve(m.advance(diff, icrcInputLen(tlen)-idOffset-2, true))
+}
+
+// buildIDTable makes the table for transport length tlen (about 10 us): the solution for
+// each of the 32 bits of the difference, then every byte value as a sum of those.
+func buildIDTable(tlen int) *[4][256]uint64 {
+	m := idTables()
+	t := new([4][256]uint64)
+	for k := range 4 {
+		for b := 1; b < 256; b++ {
+			low := b & -b
+			if b == low {
+				v, r := m.solveRaw(m.advance(uint32(b)<<(8*k), icrcInputLen(tlen)-idOffset-2, true))
+				t[k][b] = uint64(v)<<32 | uint64(r)
+			} else {
+				t[k][b] = t[k][low] ^ t[k][b^low]
+			}
+		}
+	}
+	return t
 }
