@@ -21,6 +21,12 @@ fi
 out=$(mktemp -d)
 go build -o "$out/rperf" ./cmd/rperf
 (cd "$(dirname "$peers")/gobaseline" && go build -o "$out/gobaseline" .)
+go build -o "$out/hiccups" ./bench/hiccups
+# fig CODE appends a line to the figures from the last result ($out/r.json, as r). Each
+# tool writes its result to that file first: a python3 started in a pipe beside a
+# measurement (through pyenv's shims, dozens of processes) would share the CPUs with it
+# and put milliseconds into its latency tail.
+fig() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); $1" "$out/r.json" >> "$out/figures.txt"; }
 for i in $(seq "$runs"); do
   # Go UDP: 64 KB datagrams, sender and receiver in one process; CPU over the whole run.
   # Also 4 KiB datagrams, a RoCE packet's size: per-datagram costs.
@@ -30,18 +36,25 @@ for i in $(seq "$runs"); do
       "$out/udp.txt" "$out/time.txt" >> "$out/figures.txt"
   done
   "$out/rperf" write_bw --loopback -s 1M -n 500 > /dev/null # warm-up, discarded
-  "$out/rperf" write_bw --loopback -s 1M -n 6000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))' >> "$out/figures.txt"
-  "$out/rperf" send_lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("lat %.2f %.2f %.2f" % (r["lat_us"]["p50"], r["lat_us"]["p99"], r["lat_us"]["p999"]))' >> "$out/figures.txt"
+  "$out/rperf" write_bw --loopback -s 1M -n 6000 --json > "$out/r.json"
+  fig 'print("wbw %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))'
+  "$out/rperf" send_lat --loopback -s 8 -n 20000 --json > "$out/r.json"
+  fig 'print("lat %.2f %.2f %.2f" % (r["lat_us"]["p50"], r["lat_us"]["p99"], r["lat_us"]["p999"]))'
+  # How often the machine itself takes a processor away (the latency tail's floor).
+  "$out/hiccups" --json > "$out/r.json"
+  fig 'print("hic %.0f %.2f %.1f %.0f" % (r["gaps_per_s"], r["lost_pct"], r["gap_p50_us"], r["gap_max_us"]))'
   # One flow on two queues: its CPU time per GiB must not grow.
-  "$out/rperf" write_bw --loopback -s 1M -n 6000 --queues 2 --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print("wbw2 %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))' >> "$out/figures.txt"
+  "$out/rperf" write_bw --loopback -s 1M -n 6000 --queues 2 --json > "$out/r.json"
+  fig 'print("wbw2 %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))'
   # 8 QPs between two processes, 1, 2 and 4 receive queues per device (the client's
   # --queues applies to the server too); packets per server queue from --stats.
   for q in 1 2 4 1 2 4; do # twice a round: two processes on 2 cores are noisy
     port=$((20000 + RANDOM % 20000))
     "$out/rperf" write_bw -p $port --stats > /dev/null 2>&1 &
     sleep 0.5
-    "$out/rperf" write_bw 127.0.0.1 -p $port -s 64K --qps 8 --queues $q -n 30000 --stats --json | python3 -c 'import json,sys; r=json.load(sys.stdin); q=r["counters"]["server"].get("Queues") or []; print("mq%s %.1f %s" % ("'$q'", r["bw_MiBps"]*2**20/1e6, ",".join(str(x["RxPackets"]) for x in q) or "-"))' >> "$out/figures.txt"
+    "$out/rperf" write_bw 127.0.0.1 -p $port -s 64K --qps 8 --queues $q -n 30000 --stats --json > "$out/r.json"
     wait
+    fig 'q=r["counters"]["server"].get("Queues") or []; print("mq%s %.1f %s" % ("'$q'", r["bw_MiBps"]*2**20/1e6, ",".join(str(x["RxPackets"]) for x in q) or "-"))'
   done
   # UCX over TCP tag_lat (and everything else peers.sh measures, kept in peers.txt).
   bash "$peers" quick 2>/dev/null | tee -a "$out/peers.txt" | awk -F'\t' '$1=="ucx-tcp" && $2=="tag_lat" {print "ucx", $4}' >> "$out/figures.txt"
@@ -66,6 +79,9 @@ print("| write_bw -s 1M, MB/s, against a Go UDP 64 KB stream | %s | %s | %s | >=
 print("| CPU s per GiB (user + system, one process) | %s | %s | %s | <= 2 |" % (fig(wcpu, "%.3f"), fig(udp_cpu, "%.3f"), ratio(wcpu, udp_cpu)))
 print("| send_lat 8 B p50, us, against UCX over TCP tag_lat | %s | %s | %s | <= 1 |" % (fig(p50, "%.2f"), fig(ucx, "%.2f"), ratio(p50, ucx)))
 print("| send_lat 8 B p99 / p50 (p999 %s us) | %s | %s | %s | <= 3 |" % (fig(p999, "%.0f"), fig(p99, "%.2f"), fig(p50, "%.2f"), ratio(p99, p50)))
+hg, hl, hp, hm = col("hic", 1), col("hic", 2), col("hic", 3), col("hic", 4)
+if hg is not None:
+    print("| the machine: a spinning thread loses its processor %.0f times a second for > 10 us (median %.0f us, longest %.0f us; %.1f %% of its time: `go run ./bench/hiccups`) | | | | |" % (hg, hp, hm, hl))
 wbw2, wcpu2 = col("wbw2", 1), col("wbw2", 2)
 print("| write_bw -s 1M on 2 queues: CPU s per GiB, against 1 queue | %s | %s | %s | <= 1 |" % (fig(wcpu2, "%.3f"), fig(wcpu, "%.3f"), ratio(wcpu2, wcpu)))
 mq1 = col("mq1", 1)
