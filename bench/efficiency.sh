@@ -71,24 +71,32 @@ p50, p99, p999 = col("lat", 1), col("lat", 2), col("lat", 3)
 ucx = col("ucx", 1)
 def ratio(a, b):
     return "–" if a is None or b is None else "%.2f" % (a / b)
+def paired(ka, kb, i):
+    # The median of the ratios of figures measured side by side (the n-th of ka with the
+    # n-th of kb): the machine's speed drifts by 2-3 x within a run, so the ratio of two
+    # medians taken over different moments mixes that drift into the comparison.
+    a = [float(r[i]) for r in rows if r[0] == ka]
+    b = [float(r[i]) for r in rows if r[0] == kb]
+    v = [x / y for x, y in zip(a, b) if y]
+    return "–" if not v else "%.2f" % st.median(v)
 def fig(v, f):
     return "–" if v is None else f % v
-print("| figure (medians of %d runs) | softrnic | reference | ratio | bar |" % max(1, len([r for r in rows if r[0] == "wbw"])))
+print("| figure (medians of %d runs; ratio: the median of the ratios of each run) | softrnic | reference | ratio | bar |" % max(1, len([r for r in rows if r[0] == "wbw"])))
 print("|---|---|---|---|---|")
-print("| write_bw -s 1M, MB/s, against a Go UDP 64 KB stream | %s | %s | %s | >= 0.8 |" % (fig(wbw, "%.0f"), fig(udp_bw, "%.0f"), ratio(wbw, udp_bw)))
-print("| CPU s per GiB (user + system, one process) | %s | %s | %s | <= 2 |" % (fig(wcpu, "%.3f"), fig(udp_cpu, "%.3f"), ratio(wcpu, udp_cpu)))
-print("| send_lat 8 B p50, us, against UCX over TCP tag_lat | %s | %s | %s | <= 1 |" % (fig(p50, "%.2f"), fig(ucx, "%.2f"), ratio(p50, ucx)))
+print("| write_bw -s 1M, MB/s, against a Go UDP 64 KB stream | %s | %s | %s | >= 0.8 |" % (fig(wbw, "%.0f"), fig(udp_bw, "%.0f"), paired("wbw", "udp65000", 1)))
+print("| CPU s per GiB (user + system, one process) | %s | %s | %s | <= 2 |" % (fig(wcpu, "%.3f"), fig(udp_cpu, "%.3f"), paired("wbw", "udp65000", 2)))
+print("| send_lat 8 B p50, us, against UCX over TCP tag_lat | %s | %s | %s | <= 1 |" % (fig(p50, "%.2f"), fig(ucx, "%.2f"), paired("lat", "ucx", 1)))
 print("| send_lat 8 B p99 / p50 (p999 %s us) | %s | %s | %s | <= 3 |" % (fig(p999, "%.0f"), fig(p99, "%.2f"), fig(p50, "%.2f"), ratio(p99, p50)))
 hg, hl, hp, hm = col("hic", 1), col("hic", 2), col("hic", 3), col("hic", 4)
 if hg is not None:
     print("| the machine: a spinning thread loses its processor %.0f times a second for > 10 us (median %.0f us, longest %.0f us; %.1f %% of its time: `go run ./bench/hiccups`) | | | | |" % (hg, hp, hm, hl))
 wbw2, wcpu2 = col("wbw2", 1), col("wbw2", 2)
-print("| write_bw -s 1M on 2 queues: CPU s per GiB, against 1 queue | %s | %s | %s | <= 1 |" % (fig(wcpu2, "%.3f"), fig(wcpu, "%.3f"), ratio(wcpu2, wcpu)))
+print("| write_bw -s 1M on 2 queues: CPU s per GiB, against 1 queue | %s | %s | %s | <= 1 |" % (fig(wcpu2, "%.3f"), fig(wcpu, "%.3f"), paired("wbw2", "wbw", 2)))
 mq1 = col("mq1", 1)
 for q in (2, 4):
     v = col("mq%d" % q, 1)
     last = [r[2] for r in rows if r[0] == "mq%d" % q][-1:] or ["-"]
-    print("| 8 QPs write_bw -s 64K, two processes, MB/s: %d queues against 1 (server packets per queue, last run: %s) | %s | %s | %s | >= 1 |" % (q, last[0], fig(v, "%.0f"), fig(mq1, "%.0f"), ratio(v, mq1)))
+    print("| 8 QPs write_bw -s 64K, two processes, MB/s: %d queues against 1 (server packets per queue, last run: %s) | %s | %s | %s | >= 1 |" % (q, last[0], fig(v, "%.0f"), fig(mq1, "%.0f"), paired("mq%d" % q, "mq1", 1)))
 PY
 python3 - "$out/figures.txt" <<'PY'
 import statistics as st, sys
