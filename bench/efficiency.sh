@@ -43,6 +43,9 @@ for i in $(seq "$runs"); do
   # How often the machine itself takes a processor away (the latency tail's floor).
   "$out/hiccups" --json > "$out/r.json"
   fig 'print("hic %.0f %.2f %.1f %.0f" % (r["gaps_per_s"], r["lost_pct"], r["gap_p50_us"], r["gap_max_us"]))'
+  # The tail the machine leaves a ping-pong with no protocol: two busy-polling threads, UDP.
+  "$out/hiccups" --pingpong -n 20000 --json > "$out/r.json"
+  fig 'print("udppp %.2f %.2f %.2f" % (r["p50_us"], r["p99_us"], r["p999_us"]))'
   # One flow on two queues: its CPU time per GiB must not grow.
   "$out/rperf" write_bw --loopback -s 1M -n 6000 --queues 2 --json > "$out/r.json"
   fig 'print("wbw2 %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))'
@@ -87,6 +90,9 @@ print("| write_bw -s 1M, MB/s, against a Go UDP 64 KB stream | %s | %s | %s | >=
 print("| CPU s per GiB (user + system, one process) | %s | %s | %s | <= 2 |" % (fig(wcpu, "%.3f"), fig(udp_cpu, "%.3f"), paired("wbw", "udp65000", 2)))
 print("| send_lat 8 B p50, us, against UCX over TCP tag_lat | %s | %s | %s | <= 1 |" % (fig(p50, "%.2f"), fig(ucx, "%.2f"), paired("lat", "ucx", 1)))
 print("| send_lat 8 B p99 / p50 (p999 %s us) | %s | %s | %s | <= 3 |" % (fig(p999, "%.0f"), fig(p99, "%.2f"), fig(p50, "%.2f"), ratio(p99, p50)))
+up50, up99 = col("udppp", 1), col("udppp", 2)
+if up50 is not None:
+    print("| the same for a plain UDP ping-pong, busy-polled, no protocol: p99 / p50 (`go run ./bench/hiccups --pingpong`) | %s | %s | %s | |" % (fig(up99, "%.2f"), fig(up50, "%.2f"), ratio(up99, up50)))
 hg, hl, hp, hm = col("hic", 1), col("hic", 2), col("hic", 3), col("hic", 4)
 if hg is not None:
     print("| the machine: a spinning thread loses its processor %.0f times a second for > 10 us (median %.0f us, longest %.0f us; %.1f %% of its time: `go run ./bench/hiccups`) | | | | |" % (hg, hp, hm, hl))
