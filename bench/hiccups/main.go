@@ -109,7 +109,10 @@ type ppResult struct {
 // pingpong bounces 8 bytes between two busy-polling threads over loopback UDP.
 func pingpong(iters int, asJSON bool) {
 	sock := func() (int, unix.Sockaddr) {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err == nil {
+			err = unix.SetNonblock(fd, true)
+		}
 		if err == nil {
 			err = unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
 		}
