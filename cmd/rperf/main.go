@@ -67,6 +67,8 @@ flags:
 	fs.IntVar(&o.cfg.Threads, "t", 1, "goroutines driving the client's QPs in the bandwidth tests, each with QPs and a CQ of its own (QP i: thread i mod t; at most --qps)")
 	fs.IntVar(&o.cfg.Threads, "threads", 1, "the same as -t")
 	fs.IntVar(&o.cfg.Queues, "queues", 0, "receive queues per device, each a socket with its own goroutines, packets steered by QP (default: one per two processors of GOMAXPROCS, at most 8; a client's applies to the server too, unless the server was given its own)")
+	fs.BoolVar(&o.cfg.Events, "e", false, "bandwidth tests: the client sleeps on its CQ's completion channel when it has nothing to post, instead of busy-polling (perftest's -e)")
+	fs.BoolVar(&o.cfg.Events, "events", false, "the same as -e")
 	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
 	fs.BoolVar(&o.cfg.Check, "check", false, "verify every byte received or read")
 	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")

@@ -1,9 +1,11 @@
 package perf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -112,7 +114,14 @@ func bwThread(s *side, peer Info, t int) error {
 		}
 		k := cq.PollCQ(wc)
 		if k == 0 {
-			runtime.Gosched()
+			if c.Events && !canPost(mine, next, outstanding, c.Iters, depth) {
+				var err error
+				if k, err = sleepOnCQ(cq, wc); err != nil {
+					return fmt.Errorf("%s: %w", c.Test, err)
+				}
+			} else {
+				runtime.Gosched()
+			}
 		}
 		for _, e := range wc[:k] {
 			if e.Status != verbs.WCSuccess {
@@ -135,6 +144,40 @@ func bwThread(s *side, peer Info, t int) error {
 		}
 	}
 	return nil
+}
+
+// canPost reports whether one of the QPs mine has an iteration to post and room for it.
+func canPost(mine, next, outstanding []int, iters, depth int) bool {
+	for _, q := range mine {
+		if next[q] < iters && outstanding[q] < depth {
+			return true
+		}
+	}
+	return false
+}
+
+// eventWait bounds one sleep on a completion channel: a completion that never comes is
+// reported as an error, not a hang.
+const eventWait = 30 * time.Second
+
+// sleepOnCQ is perftest's -e: arm the CQ for its next completion, poll once more (one may
+// have arrived before the arming), and otherwise sleep on the CQ's channel until the
+// event, then poll. It returns the completions moved into wc (0 after an event for a
+// completion the second poll already took).
+func sleepOnCQ(cq *verbs.CQ, wc []verbs.WorkCompletion) (int, error) {
+	if err := cq.ReqNotifyCQ(false); err != nil {
+		return 0, err
+	}
+	if k := cq.PollCQ(wc); k > 0 {
+		return k, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), eventWait)
+	defer cancel()
+	if _, err := cq.Channel().GetCQEvent(ctx); err != nil {
+		return 0, fmt.Errorf("waiting for a completion event: %w", err)
+	}
+	cq.AckCQEvents(1)
+	return cq.PollCQ(wc), nil
 }
 
 // prepareBWServer gets the passive side ready: read targets hold known data, send_bw

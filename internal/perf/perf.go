@@ -45,6 +45,10 @@ type Config struct {
 	// CM connects the QPs through the connection manager (package cm) instead of the
 	// hand exchange of QP numbers and PSNs; both sides must use it.
 	CM bool `json:"cm,omitempty"`
+	// Events makes the client's bandwidth loop sleep on its CQ's completion channel
+	// (ReqNotifyCQ, GetCQEvent) when it has nothing to post, instead of busy-polling:
+	// perftest's -e. The device's receive goroutines then deliver the completions.
+	Events bool `json:"events,omitempty"`
 }
 
 // Defaults fills zero fields with perftest's defaults for the test.
@@ -103,6 +107,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("tx-depth %d out of range 1..8192", c.TxDepth)
 	case strings.HasSuffix(c.Test, "_lat") && c.QPs != 1:
 		return fmt.Errorf("latency tests use one QP")
+	case strings.HasSuffix(c.Test, "_lat") && c.Events:
+		return fmt.Errorf("--events is for the bandwidth tests: the latency tests busy-poll")
 	case c.Threads < 1 || c.Threads > c.QPs:
 		return fmt.Errorf("threads %d out of range 1..%d (each thread drives QPs of its own: raise --qps)", c.Threads, c.QPs)
 	case c.Test == "write_lat" && c.Ordering == verbs.OrderingWeak && c.Size > c.MTU:

@@ -24,6 +24,8 @@ func TestLoopbackAll(t *testing.T) {
 			// Two client goroutines over three QPs (-t 2), an iteration count that does
 			// not divide evenly.
 			cfgs = append(cfgs, Config{Test: test, Iters: 101, Check: true, QPs: 3, Threads: 2})
+			// Sleeping on completion channels (-e), one per thread's CQ.
+			cfgs = append(cfgs, Config{Test: test, Iters: 150, Check: true, QPs: 2, Threads: 2, Events: true, TxDepth: 8})
 		}
 		for _, c := range cfgs {
 			if strings.HasSuffix(test, "_bw") && c.QPs == 0 {
@@ -258,7 +260,7 @@ func TestClientServerCM(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	bad := []Config{
 		{Test: "nope"}, {Test: "write_bw", MTU: 3000}, {Test: "send_lat", QPs: 2},
-		{Test: "write_bw", Size: -1}, {Test: "write_bw", TxDepth: 100000},
+		{Test: "write_bw", Size: -1}, {Test: "write_bw", TxDepth: 100000}, {Test: "send_lat", Events: true},
 	}
 	for _, c := range bad {
 		c2 := c

@@ -29,8 +29,9 @@ type side struct {
 	ctx   *verbs.Context
 	own   bool // Close closes ctx
 	pd    *verbs.PD
-	cq    *verbs.CQ   // cqs[0]
-	cqs   []*verbs.CQ // one per thread (Config.Threads): QP i completes on cqs[i % len]
+	cq    *verbs.CQ            // cqs[0]
+	cqs   []*verbs.CQ          // one per thread (Config.Threads): QP i completes on cqs[i % len]
+	chans []*verbs.CompChannel // with Config.Events: cqs[i]'s completion channel
 	qps   []*verbs.QP
 	psns  []uint32
 	buf   []byte
@@ -87,7 +88,14 @@ func (s *side) setup() error {
 	threads := max(1, c.Threads)
 	cqe := max(depth*((c.QPs+threads-1)/threads)*2, 64)
 	for range threads {
-		cq, err := s.ctx.CreateCQ(cqe, nil, 0)
+		var ch *verbs.CompChannel
+		if c.Events {
+			if ch, err = s.ctx.CreateCompChannel(); err != nil {
+				return err
+			}
+			s.chans = append(s.chans, ch)
+		}
+		cq, err := s.ctx.CreateCQ(cqe, ch, 0)
 		if err != nil {
 			return err
 		}
@@ -199,6 +207,9 @@ func (s *side) close() {
 	}
 	for _, cq := range s.cqs {
 		cq.DestroyCQ()
+	}
+	for _, ch := range s.chans {
+		ch.DestroyCompChannel()
 	}
 	if s.pd != nil {
 		s.pd.DeallocPD()
