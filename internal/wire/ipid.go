@@ -241,8 +241,9 @@ func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver) (id uint16, ok bool) {
 // zero value is ready to use; it is not safe for concurrent use (one per receive queue).
 //
 // What a peer can make it do is bounded: a length must be seen idTableAfter times in a row
-// before it gets a table, and a table is built at most once per idTableEvery packets, so a
-// peer varying its lengths gets the arithmetic VerifyICRCAnyID does, never more.
+// before it gets a table, and once both tables are made a new one is built at most once
+// per idTableEvery packets, so a peer varying its lengths gets the arithmetic
+// VerifyICRCAnyID does, never more.
 type IDSolver struct {
 	tabs    [2]idTable // the lengths with tables; tabs[0] the most recently built
 	cand    int        // a length without a table, seen candRun times in a row
