@@ -29,9 +29,8 @@ type side struct {
 	ctx   *verbs.Context
 	own   bool // Close closes ctx
 	pd    *verbs.PD
-	cq    *verbs.CQ            // cqs[0]
-	cqs   []*verbs.CQ          // one per thread (Config.Threads): QP i completes on cqs[i % len]
-	chans []*verbs.CompChannel // with Config.Events: cqs[i]'s completion channel
+	cq    *verbs.CQ   // cqs[0]
+	cqs   []*verbs.CQ // one per thread (Config.Threads): QP i completes on cqs[i % len]; Events: each has its own channel
 	qps   []*verbs.QP
 	psns  []uint32
 	buf   []byte
@@ -93,10 +92,12 @@ func (s *side) setup() error {
 			if ch, err = s.ctx.CreateCompChannel(); err != nil {
 				return err
 			}
-			s.chans = append(s.chans, ch)
 		}
 		cq, err := s.ctx.CreateCQ(cqe, ch, 0)
 		if err != nil {
+			if ch != nil {
+				ch.DestroyCompChannel()
+			}
 			return err
 		}
 		s.cqs = append(s.cqs, cq)
@@ -206,10 +207,11 @@ func (s *side) close() {
 		s.mr.DeregMR()
 	}
 	for _, cq := range s.cqs {
+		ch := cq.Channel()
 		cq.DestroyCQ()
-	}
-	for _, ch := range s.chans {
-		ch.DestroyCompChannel()
+		if ch != nil {
+			ch.DestroyCompChannel()
+		}
 	}
 	if s.pd != nil {
 		s.pd.DeallocPD()
