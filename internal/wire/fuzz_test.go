@@ -449,6 +449,18 @@ func FuzzICRC(f *testing.F) {
 			if !bytes.Equal(tr[:], full[len(pkt):]) {
 				t.Fatalf("SegmentICRC to identification %d: %x, want %x", fl.IPID, tr, full[len(pkt):])
 			}
+			// A receive queue's IDSolver with a table for this length answers the same, for
+			// the packet and for one with a flipped bit.
+			s := IDSolver{tabs: [2]idTable{{tlen: len(full), t: buildIDTable(len(full))}}}
+			flipped := append([]byte(nil), full...)
+			flipped[int(bit)%len(flipped)] ^= 1 << (bit % 8)
+			for _, q := range [][]byte{full, flipped} {
+				id, ok := s.VerifyICRCAnyID(&fl, q)
+				wid, wok := fl.VerifyICRCAnyID(q)
+				if ok != wok || (ok && id != wid) {
+					t.Fatalf("IDSolver %d, %v; VerifyICRCAnyID %d, %v", id, ok, wid, wok)
+				}
+			}
 		}
 		// The same value from pieces: split the packet at a fuzzed point after the BTH.
 		split := BTHLen + int(bit%uint32(len(pkt)-BTHLen+1))
