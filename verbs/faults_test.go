@@ -171,9 +171,14 @@ func TestPacketLoss(t *testing.T) {
 		{"SEND middle delayed", send, false, wire.OpSendMiddle, psnA + 2, netio.Delay, wantRetransmits},
 		{"WRITE middle delayed", write, false, wire.OpWriteMiddle, psnA + 10, netio.Delay, wantRetransmits},
 		{"READ response middle delayed", read, true, wire.OpReadResponseMiddle, psnA + 10, netio.Delay, wantRetransmits},
+		// The WRITE's MIDDLE and LAST packets are placed as their ICRC is checked, the
+		// corrupted one too: the retransmission must overwrite what it left.
 		{"WRITE middle corrupted", write, false, wire.OpWriteMiddle, psnA + 6, netio.Corrupt, func(k pktCounters) error {
 			if k.devB.ICRCErrors == 0 || k.qpA.Retransmits == 0 {
 				return fmt.Errorf("want an ICRC error at the responder's device and retransmissions")
+			}
+			if k.devB.DirectPlaced == 0 {
+				return fmt.Errorf("no packet placed as its ICRC was checked")
 			}
 			return nil
 		}},
@@ -377,6 +382,16 @@ var soakFaults = verbs.Faults{Loss: 0.02, Reorder: 0.02, Dup: 0.01}
 // atomic must be executed exactly once.
 func TestSoak(t *testing.T) { soak(t, verbs.OrderingOrdered, soakFaults) }
 
+// TestSoakCorrupt is TestSoak with 1% of the datagrams corrupted as well: ordered mode
+// copies the payload of a WRITE's MIDDLE and LAST packets into place as it checks their
+// ICRC, so a corrupted one's bytes land before it is dropped and must be overwritten by
+// its retransmission before the WRITE completes.
+func TestSoakCorrupt(t *testing.T) {
+	f := soakFaults
+	f.Corrupt = 0.01
+	soak(t, verbs.OrderingOrdered, f)
+}
+
 // TestSoakWeak is TestSoak with both QPs in weak mode: packets are placed out of order and
 // only lost ones are sent again, but completions still come in posting order, every byte
 // arrives and every atomic is executed once; when it is over no hole is left open.
@@ -521,6 +536,9 @@ func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 	}
 	if faults.Corrupt > 0 && (ka.FaultsCorrupted == 0 || kb.ICRCErrors == 0) {
 		t.Errorf("no corrupted datagram was caught by its ICRC: %+v / %+v", ka, kb)
+	}
+	if mode == verbs.OrderingOrdered && kb.DirectPlaced == 0 {
+		t.Errorf("no WRITE packet placed as its ICRC was checked: %+v", kb)
 	}
 	if mode == verbs.OrderingWeak {
 		// Weak mode did its work: packets placed out of order, selective acknowledgements

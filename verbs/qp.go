@@ -572,6 +572,10 @@ type Counters struct {
 	ICRCErrors           uint64 // device only: bad ICRC
 	Malformed            uint64 // device only: undecodable header or bad P_Key
 	UnknownQP            uint64 // device only: no such destination QP
+	// Device only: RDMA WRITE packets whose payload was copied into the region in the same
+	// pass as their ICRC check (the next packet of a WRITE in progress, in ordered mode;
+	// see the README's "Receive queues, CPU per byte, and latency tails").
+	DirectPlaced uint64
 	// Device only: what fault injection did to outgoing datagrams.
 	FaultsLost, FaultsReordered, FaultsDuplicated, FaultsCorrupted uint64
 	// Device only: socket system calls (sendmmsg calls, and recvmmsg calls that returned
@@ -603,7 +607,7 @@ func countersFrom(s transport.Stats) Counters {
 		Dropped: s.Dropped, ICRCErrors: s.ICRCErrors, Malformed: s.Malformed, UnknownQP: s.UnknownQP,
 		PlacedOutOfOrder: s.PlacedOutOfOrder, HolesOpened: s.HolesOpened, HolesClosed: s.HolesClosed,
 		SACKsSent: s.SACKsSent, SACKsReceived: s.SACKsRecv, SelectiveRetransmits: s.SelectiveRetransmits,
-		BeyondSpan: s.BeyondSpan,
+		BeyondSpan: s.BeyondSpan, DirectPlaced: s.DirectPlaced,
 	}
 }
 

@@ -323,10 +323,10 @@ func (p *printer) print(r perf.Result) {
 			c    verbs.Counters
 		}{{"client", r.Counters.Client}, {"server", r.Counters.Server}} {
 			c := side.c
-			fmt.Printf("  %-6s tx %d pkts %d B, rx %d pkts %d B, retransmits %d, NAKs sent/recv %d/%d, RNR NAKs sent/recv %d/%d, dup %d, out-of-seq %d, timeouts %d, ICRC err %d, malformed %d, faults lost/reord/dup/corrupt %d/%d/%d/%d, sendmmsg %d, recvmmsg %d, GSO %d\n",
+			fmt.Printf("  %-6s tx %d pkts %d B, rx %d pkts %d B, retransmits %d, NAKs sent/recv %d/%d, RNR NAKs sent/recv %d/%d, dup %d, out-of-seq %d, timeouts %d, ICRC err %d, malformed %d, faults lost/reord/dup/corrupt %d/%d/%d/%d, sendmmsg %d, recvmmsg %d, GSO %d, placed as verified %d\n",
 				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
 				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,
-				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted, c.SendCalls, c.RecvCalls, c.GSOSends)
+				c.FaultsLost, c.FaultsReordered, c.FaultsDuplicated, c.FaultsCorrupted, c.SendCalls, c.RecvCalls, c.GSOSends, c.DirectPlaced)
 			if c.WrongSource+c.WrongMode+c.UnknownQP+c.SendErrors+c.SendBlocked > 0 {
 				fmt.Printf("  %-6s dropped from other sources %d, of the other ordering mode %d, for unknown QPs %d; sends refused by the kernel %d, sends that waited for buffer space %d\n",
 					side.name, c.WrongSource, c.WrongMode, c.UnknownQP, c.SendErrors, c.SendBlocked)

@@ -107,6 +107,7 @@ type Device struct {
 
 type rxStats struct {
 	packets, bytes, icrc, malformed, unknownQP, pkey, misrouted uint64
+	direct                                                      uint64 // WRITE packets placed as verified (queue.placeDirect)
 }
 
 // Defaults.

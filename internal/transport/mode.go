@@ -29,6 +29,10 @@ type mode interface {
 	accepts(f uint32) bool
 	// request runs the responder for a request packet of the mode.
 	request(q *QP, p *wire.Packet)
+	// directTarget returns the memory the payload of request p, not yet verified, goes
+	// to if the mode can tell before verifying it, changing nothing (see
+	// QP.inputDirect); else nil.
+	directTarget(q *QP, p *wire.Packet) []byte
 	// ack adds an acknowledgement with syndrome syn (ACK, NAK or RNR NAK) for psn to b.
 	ack(q *QP, b *netio.SendBatch, syn uint8, psn wire.PSN)
 	// usage fills the responder's current use of the limit queue's dimensions that the

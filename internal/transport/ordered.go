@@ -22,6 +22,7 @@ func (ordered) request(q *QP, p *wire.Packet) {
 	q.established()
 	q.resp.handleRequest(p)
 }
+func (ordered) directTarget(q *QP, p *wire.Packet) []byte   { return q.resp.directTarget(p) }
 func (ordered) acceptsFrom(q *QP, from netip.AddrPort) bool { return rcFrom(q, from) }
 func (ordered) checkPost(_ *QP, _ uint8, hasAH bool, _ uint32, _ uint64) error {
 	return rcCheckPost(hasAH)

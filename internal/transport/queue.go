@@ -239,6 +239,9 @@ func (u *queue) input(pkt []byte, from netip.AddrPort) {
 	u.rx.packets++
 	u.rx.bytes += uint64(len(pkt))
 	flow := wire.Flow{Src: from.Addr(), Dst: u.d.local.Addr(), SrcPort: from.Port(), DstPort: u.d.local.Port(), DF: u.d.v4}
+	if u.placeDirect(&flow, pkt, from) {
+		return
+	}
 	// Any IPv4 identification: a standard peer's is not 0, and a UDP socket does not show
 	// it (see wire.VerifyICRCAnyID for what is then verified).
 	id, ok := u.ids.VerifyICRCAnyID(&flow, pkt)
@@ -278,6 +281,44 @@ func (u *queue) input(pkt []byte, from netip.AddrPort) {
 	}
 	u.rxFrom = from
 	q.input(p, from, len(pkt))
+}
+
+// directMin is the shortest packet placeDirect takes: below it the CRC does not fold
+// (wire.crcCopy) and reading the payload twice costs little.
+const directMin = 512
+
+// placeDirect handles pkt, before its ICRC is verified, if it is the next packet of an
+// RDMA WRITE its QP is placing (a MIDDLE or LAST: the QP's responder knows where its
+// payload goes, QP.inputDirect): the ICRC is verified while the payload is copied into
+// the region, so the receive path reads it once, as a NIC's header/data split places
+// data as it checks it. It returns false, having changed nothing, for any other packet,
+// which then takes the usual path (verified first). Nothing is decided on the unverified
+// header but where to copy: the QP, PSN, opcode and length must be exactly what the
+// responder expects next, and a packet that then fails its ICRC is dropped and counted
+// as usual, its bytes left in the part of the message not yet placed, which the real
+// packet overwrites before the message completes (what a WRITE's target holds before its
+// completion is undefined in InfiniBand too).
+func (u *queue) placeDirect(flow *wire.Flow, pkt []byte, from netip.AddrPort) bool {
+	if len(pkt) < directMin || u.d.tap.w != nil {
+		return false
+	}
+	if op := wire.Opcode(pkt[0]); op != wire.OpWriteMiddle && op != wire.OpWriteLast {
+		return false
+	}
+	p := &u.rxPkt
+	*p = wire.Packet{}
+	if p.Decode(pkt) != nil || p.BTH.PKey != wire.DefaultPKey {
+		return false
+	}
+	q := u.d.lookupQP(p.BTH.DestQP)
+	if q == nil || q.home != u {
+		return false
+	}
+	if !u.rxOut.Room(outReserve, outReserve*96) {
+		u.flushOut()
+	}
+	u.rxFrom = from
+	return q.inputDirect(u, flow, pkt, p, from)
 }
 
 // ackOutRelock adds q's ACK to the receive path's batch, sending the batch first if it is

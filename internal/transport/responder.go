@@ -49,6 +49,7 @@ type responder struct {
 	rwqe     recvWQE
 	sendOff  uint64
 	writeMem []byte      // what is left of the WRITE's target
+	placed   bool        // the packet being handled was copied to writeMem as it was verified (QP.inputDirect)
 	writeReg *tpt.Region // the region writeMem lies in
 	writeLen uint32
 	nakSent  bool // a NAK for epsn went out; stay quiet until epsn arrives
@@ -144,6 +145,59 @@ func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
 		return
 	}
 	q.comp.handleResponse(p)
+}
+
+// inputDirect is input for p, decoded from pkt before its ICRC was verified (see
+// queue.placeDirect), if the QP's mode says where its payload goes (mode.directTarget):
+// the ICRC is verified as the payload is copied there, then p is handled as input
+// handles it, without copying it again. It returns false, having changed nothing, if
+// the mode cannot say; true if it handled p or dropped it for its ICRC (rxMu held).
+func (q *QP) inputDirect(u *queue, flow *wire.Flow, pkt []byte, p *wire.Packet, from netip.AddrPort) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.destroyed, q.state != StateRTR && q.state != StateRTS && q.state != StateSQD,
+		!q.mode.acceptsFrom(q, from), !q.mode.accepts(p.Info.Flags):
+		return false
+	}
+	dst := q.mode.directTarget(q, p)
+	if dst == nil {
+		return false
+	}
+	// The payload is a part of pkt (wire.Packet.Decode): its offset there.
+	if _, ok := u.ids.VerifyICRCCopy(flow, pkt, cap(pkt)-cap(p.Payload), dst); !ok {
+		u.rx.icrc++
+		return true
+	}
+	u.rx.direct++
+	q.stats.RxPackets++
+	q.stats.RxBytes += uint64(len(pkt))
+	q.resp.placed = true
+	q.mode.request(q, p)
+	q.resp.placed = false
+	return true
+}
+
+// directTarget returns where the payload of request p goes if p is the next packet of the
+// RDMA WRITE the responder is placing (a MIDDLE or LAST without immediate, at the
+// expected PSN, of a valid length, its region still registered, no limit queue to
+// admit it): the bytes recvWrite would copy it to. It changes nothing (its ICRC is not
+// verified yet); nil for any other packet.
+func (rs *responder) directTarget(p *wire.Packet) []byte {
+	q := rs.q
+	f := p.Info.Flags
+	if !rs.writing || q.lq != nil || p.BTH.PSN != rs.epsn ||
+		f&wire.IsWrite == 0 || f&(wire.IsFirst|wire.HasImmDt) != 0 {
+		return nil
+	}
+	n := len(p.Payload)
+	switch {
+	case n == 0 || n > len(rs.writeMem) || uint32(n) > q.mtu, rs.writeReg.Revoked():
+		return nil
+	case f&wire.IsLast == 0 && uint32(n) != q.mtu, f&wire.IsLast != 0 && n != len(rs.writeMem):
+		return nil
+	}
+	return rs.writeMem[:n]
 }
 
 // handleRequest runs the responder for one request packet.
@@ -308,7 +362,9 @@ func (rs *responder) recvWrite(p *wire.Packet) {
 		}
 		rs.haveRWQE = true
 	}
-	copy(rs.writeMem, p.Payload)
+	if !rs.placed { // else inputDirect copied it as it verified the ICRC
+		copy(rs.writeMem, p.Payload)
+	}
 	rs.writeMem = rs.writeMem[len(p.Payload):]
 	rs.epsn = rs.epsn.Add(1)
 	if f&wire.IsLast != 0 {

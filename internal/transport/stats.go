@@ -29,6 +29,9 @@ type Stats struct {
 	ICRCErrors uint64 // bad ICRC
 	Malformed  uint64 // undecodable headers, bad P_Key
 	UnknownQP  uint64 // destination QP does not exist
+	// DirectPlaced counts RDMA WRITE packets whose payload was copied into place in the
+	// same pass as their ICRC check (the receive path's header/data split, device only).
+	DirectPlaced uint64
 }
 
 func (s *Stats) add(o *Stats) {
@@ -99,6 +102,7 @@ func (d *Device) Stats() Stats {
 		s.ICRCErrors += u.rx.icrc
 		s.Malformed += u.rx.malformed + u.rx.pkey
 		s.UnknownQP += u.rx.unknownQP + u.rx.misrouted
+		s.DirectPlaced += u.rx.direct
 		u.rxMu.Unlock()
 	}
 	return s

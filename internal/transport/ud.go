@@ -34,6 +34,7 @@ func (ud) response(q *QP, _ *wire.Packet)             { q.stats.WrongMode++ } //
 
 // request receives a datagram: Q_Key check, one receive WQE, GRH and payload placed, a
 // completion that names the sender's QP.
+func (ud) directTarget(*QP, *wire.Packet) []byte { return nil }
 func (ud) request(q *QP, p *wire.Packet) {
 	if p.DETH.QKey != q.attr.QKey {
 		q.stats.QKeyErrors++

@@ -411,6 +411,10 @@ func (q *QP) flushTaken() {
 
 func (*weakState) accepts(f uint32) bool { return f&wire.IsWeak != 0 }
 
+// directTarget: weak mode places each packet at the address it carries; it takes the
+// usual path, verified first.
+func (*weakState) directTarget(*QP, *wire.Packet) []byte { return nil }
+
 func (*weakState) request(q *QP, p *wire.Packet) {
 	q.established()
 	q.weakRequest(p)

@@ -17,10 +17,11 @@ var useFold = cpu.X86.HasAVX512 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 
 // foldAVX512 folds p (at least 256 bytes, a multiple of 64) into a 16-byte value whose
 // CRC, from a zero register, is the CRC of p from the register crc (raw, not inverted):
-// folding keeps the polynomial's remainder.
+// folding keeps the polynomial's remainder. If dst is not nil, p is copied to the
+// len(p) bytes there as well.
 //
 //go:noescape
-func foldAVX512(crc uint32, p []byte, out *[16]byte)
+func foldAVX512(crc uint32, p []byte, dst *byte, out *[16]byte)
 
 // crcUpdate is crc32.Update(crc, crc32.IEEETable, p), faster on long inputs where the
 // processor has AVX-512 carry-less multiplies: the ICRC of every payload goes through it,
@@ -31,8 +32,24 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 	}
 	n := len(p) &^ 63
 	var st [16]byte
-	foldAVX512(^crc, p[:n], &st)
+	foldAVX512(^crc, p[:n], nil, &st)
 	// crcSmall(^0, st) is the inverted CRC of st from a zero register; continuing from
 	// it over the tail gives the standard result.
 	return crcSmall(crcSmall(0xFFFFFFFF, st[:]), p[n:])
+}
+
+// crcCopy copies src to dst (at least as long; the two must not overlap) and returns
+// crcUpdate(crc, src), in one pass over src where crcUpdate folds: a receive path that
+// both verifies and places a payload reads it once.
+func crcCopy(crc uint32, dst, src []byte) uint32 {
+	dst = dst[:len(src)]
+	if !useFold || len(src) < foldMin {
+		copy(dst, src)
+		return crc32.Update(crc, crc32.IEEETable, src)
+	}
+	n := len(src) &^ 63
+	var st [16]byte
+	foldAVX512(^crc, src[:n], &dst[0], &st)
+	copy(dst[n:], src[n:])
+	return crcSmall(crcSmall(0xFFFFFFFF, st[:]), src[n:])
 }

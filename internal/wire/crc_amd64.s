@@ -33,13 +33,15 @@ DATA fold128<>+0(SB)/8, $0x1751997d0
 DATA fold128<>+8(SB)/8, $0xccaa009e
 GLOBL fold128<>(SB), RODATA|NOPTR, $16
 
-// func foldAVX512(crc uint32, p []byte, out *[16]byte)
-// len(p) >= 256 and a multiple of 64; crc is the raw (uninverted) register.
-TEXT ·foldAVX512(SB), NOSPLIT, $0-40
+// func foldAVX512(crc uint32, p []byte, dst *byte, out *[16]byte)
+// len(p) >= 256 and a multiple of 64; crc is the raw (uninverted) register. If dst is not
+// nil, p is also copied there (as it is loaded: the copy costs its stores only).
+TEXT ·foldAVX512(SB), NOSPLIT, $0-48
 	MOVL crc+0(FP), AX
 	MOVQ p_base+8(FP), SI
 	MOVQ p_len+16(FP), CX
-	MOVQ out+32(FP), DI
+	MOVQ dst+32(FP), DX
+	MOVQ out+40(FP), DI
 
 	// The first 256 bytes, with the register XORed into the first four.
 	VMOVD     AX, X0
@@ -47,12 +49,23 @@ TEXT ·foldAVX512(SB), NOSPLIT, $0-40
 	VMOVDQU64 64(SI), Z2
 	VMOVDQU64 128(SI), Z3
 	VMOVDQU64 192(SI), Z4
+	TESTQ     DX, DX
+	JZ        first
+	VMOVDQU64 Z1, 0(DX)
+	VMOVDQU64 Z2, 64(DX)
+	VMOVDQU64 Z3, 128(DX)
+	VMOVDQU64 Z4, 192(DX)
+	ADDQ      $256, DX
+
+first:
 	VPXORQ    Z0, Z1, Z1
 	ADDQ      $256, SI
 	SUBQ      $256, CX
 	VMOVDQU64 fold2048<>(SB), Z0
 	CMPQ      CX, $256
 	JB        reduce4
+	TESTQ     DX, DX
+	JNZ       loop256copy
 
 	PCALIGN $32
 loop256:
@@ -76,6 +89,36 @@ loop256:
 	SUBQ       $256, CX
 	CMPQ       CX, $256
 	JAE        loop256
+	JMP        reduce4
+
+	// The same, storing what it loads at DX.
+	PCALIGN $32
+loop256copy:
+	VMOVDQU64  0(SI), Z9
+	VMOVDQU64  64(SI), Z10
+	VMOVDQU64  128(SI), Z11
+	VMOVDQU64  192(SI), Z12
+	VMOVDQU64  Z9, 0(DX)
+	VMOVDQU64  Z10, 64(DX)
+	VMOVDQU64  Z11, 128(DX)
+	VMOVDQU64  Z12, 192(DX)
+	VPCLMULQDQ $0x00, Z0, Z1, Z5
+	VPCLMULQDQ $0x11, Z0, Z1, Z1
+	VPCLMULQDQ $0x00, Z0, Z2, Z6
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPCLMULQDQ $0x00, Z0, Z3, Z7
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPCLMULQDQ $0x00, Z0, Z4, Z8
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, Z9, Z5, Z1
+	VPTERNLOGD $0x96, Z10, Z6, Z2
+	VPTERNLOGD $0x96, Z11, Z7, Z3
+	VPTERNLOGD $0x96, Z12, Z8, Z4
+	ADDQ       $256, SI
+	ADDQ       $256, DX
+	SUBQ       $256, CX
+	CMPQ       CX, $256
+	JAE        loop256copy
 
 reduce4:
 	// Fold the four accumulators into the last, 64 bytes apart.
@@ -95,6 +138,12 @@ reduce4:
 	JB   lanes
 loop64:
 	VMOVDQU64  0(SI), Z9
+	TESTQ      DX, DX
+	JZ         fold64
+	VMOVDQU64  Z9, 0(DX)
+	ADDQ       $64, DX
+
+fold64:
 	VPCLMULQDQ $0x00, Z0, Z4, Z5
 	VPCLMULQDQ $0x11, Z0, Z4, Z4
 	VPTERNLOGD $0x96, Z9, Z5, Z4

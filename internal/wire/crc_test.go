@@ -16,12 +16,36 @@ func TestCRCUpdate(t *testing.T) {
 	for i := range buf {
 		buf[i] = byte(r.Uint32())
 	}
+	dst := make([]byte, 20000+64)
 	check := func(off, n int) {
 		t.Helper()
 		crc := r.Uint32()
 		p := buf[off : off+n]
-		if got, want := crcUpdate(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+		want := crc32.Update(crc, crc32.IEEETable, p)
+		if got := crcUpdate(crc, p); got != want {
 			t.Fatalf("crcUpdate(%#x, %d bytes at %d) = %#x, want %#x", crc, n, off, got, want)
+		}
+		// crcCopy: the same CRC, the bytes copied to a destination at another alignment,
+		// and nothing written beyond them.
+		for i := range dst {
+			dst[i] = 0xA5
+		}
+		d := dst[off/2 : off/2+n+16]
+		if got := crcCopy(crc, d, p); got != want {
+			t.Fatalf("crcCopy(%#x, %d bytes at %d) = %#x, want %#x", crc, n, off, got, want)
+		}
+		if string(d[:n]) != string(p) {
+			t.Fatalf("crcCopy(%d bytes at %d) copied them wrong", n, off)
+		}
+		for i, c := range dst[:off/2] {
+			if c != 0xA5 {
+				t.Fatalf("crcCopy(%d bytes at %d) wrote byte %d before its destination", n, off, i)
+			}
+		}
+		for i, c := range d[n:] {
+			if c != 0xA5 {
+				t.Fatalf("crcCopy(%d bytes at %d) wrote byte %d after its destination", n, off, n+i)
+			}
 		}
 	}
 	for n := 0; n <= 2048; n++ {
@@ -80,13 +104,45 @@ func BenchmarkCRC(b *testing.B) {
 	}
 }
 
+// BenchmarkCRCCopy is what placing a verified payload costs: the CRC then a copy into a
+// region larger than the caches' nearest levels (as a receive path fills a 1 MiB MR),
+// against crcCopy's one pass.
+func BenchmarkCRCCopy(b *testing.B) {
+	const n = 4096
+	src := make([]byte, n)
+	region := make([]byte, 1<<20)
+	off := 0
+	next := func() []byte {
+		off = (off + n) % len(region)
+		return region[off : off+n]
+	}
+	b.Run("separate", func(b *testing.B) {
+		b.SetBytes(n)
+		for b.Loop() {
+			crcSink = crcUpdate(crcSink, src)
+			copy(next(), src)
+		}
+	})
+	b.Run("fused", func(b *testing.B) {
+		b.SetBytes(n)
+		for b.Loop() {
+			crcSink = crcCopy(crcSink, next(), src)
+		}
+	})
+}
+
 // FuzzCRCUpdate compares crcUpdate with the standard library on any input.
 func FuzzCRCUpdate(f *testing.F) {
 	f.Add(uint32(0), make([]byte, 4096))
 	f.Add(uint32(0xFFFFFFFF), make([]byte, 600))
 	f.Fuzz(func(t *testing.T, crc uint32, p []byte) {
-		if got, want := crcUpdate(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+		want := crc32.Update(crc, crc32.IEEETable, p)
+		if got := crcUpdate(crc, p); got != want {
 			t.Fatalf("crcUpdate(%#x, %d bytes) = %#x, want %#x", crc, len(p), got, want)
+		}
+		dst := make([]byte, len(p))
+		if got := crcCopy(crc, dst, p); got != want || string(dst) != string(p) {
+			t.Fatalf("crcCopy(%#x, %d bytes) = %#x, want %#x (copy equal: %v)", crc, len(p), got, want, string(dst) == string(p))
 		}
 	})
 }

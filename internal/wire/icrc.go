@@ -125,6 +125,17 @@ func (f *Flow) ICRC(pkt []byte) uint32 {
 	return crcUpdate(c, pkt[BTHLen:])
 }
 
+// icrcCopy is ICRC(pkt), copying pkt[off:off+len(dst)] (within the payload: off >= BTHLen)
+// to dst in the same pass.
+func (f *Flow) icrcCopy(pkt []byte, off int, dst []byte) uint32 {
+	var buf [pseudoLen]byte
+	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
+	c := crcSmall(0, buf[:n])
+	c = crcUpdate(c, pkt[BTHLen:off])
+	c = crcCopy(c, dst, pkt[off:off+len(dst)])
+	return crcUpdate(c, pkt[off+len(dst):])
+}
+
 // ICRCParts computes the ICRC of a packet held in pieces: hdr (BTH and extended headers),
 // the payload pieces, and pad bytes. tlen is the total transport length including ICRC.
 func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {

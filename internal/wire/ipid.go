@@ -209,17 +209,25 @@ func SegmentICRC(icrc []byte, tlen int, id uint16) {
 // IPv6 (which has none) it is VerifyICRC. The Flow's own IPID is not used. A receive path
 // that verifies many packets uses an IDSolver, which does the same faster.
 func (f *Flow) VerifyICRCAnyID(pkt []byte) (id uint16, ok bool) {
-	return f.verifyAnyID(pkt, nil)
+	return f.verifyAnyID(pkt, nil, 0, nil)
 }
 
-func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver) (id uint16, ok bool) {
+// verifyAnyID verifies pkt with solver s (nil: the arithmetic), copying
+// pkt[off:off+len(dst)] to dst as it reads it if dst is not nil.
+func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver, off int, dst []byte) (id uint16, ok bool) {
 	if len(pkt) < BTHLen+ICRCLen {
 		return 0, false
 	}
 	n := len(pkt) - ICRCLen
 	g := *f
 	g.IPID = 0
-	diff := g.ICRC(pkt[:n]) ^ binary.LittleEndian.Uint32(pkt[n:])
+	var icrc uint32
+	if dst != nil {
+		icrc = g.icrcCopy(pkt[:n], off, dst)
+	} else {
+		icrc = g.ICRC(pkt[:n])
+	}
+	diff := icrc ^ binary.LittleEndian.Uint32(pkt[n:])
 	if diff == 0 {
 		return 0, true
 	}
@@ -266,7 +274,18 @@ type idTable struct {
 
 // VerifyICRCAnyID is Flow.VerifyICRCAnyID(pkt) for flow f.
 func (s *IDSolver) VerifyICRCAnyID(f *Flow, pkt []byte) (id uint16, ok bool) {
-	return f.verifyAnyID(pkt, s)
+	return f.verifyAnyID(pkt, s, 0, nil)
+}
+
+// VerifyICRCCopy is VerifyICRCAnyID that also copies len(dst) bytes of pkt's payload,
+// from offset off (BTHLen <= off, off+len(dst) <= len(pkt)-ICRCLen), to dst as it reads
+// them for the CRC: a receive path that places a payload where it knows it goes reads it
+// once. The bytes are copied whether or not the ICRC verifies.
+func (s *IDSolver) VerifyICRCCopy(f *Flow, pkt []byte, off int, dst []byte) (id uint16, ok bool) {
+	if off < BTHLen || off+len(dst) > len(pkt)-ICRCLen {
+		panic("wire: VerifyICRCCopy: the copied bytes are not within the payload")
+	}
+	return f.verifyAnyID(pkt, s, off, dst)
 }
 
 // solve finds the identification that explains an ICRC difference diff for a packet whose
