@@ -13,8 +13,7 @@ import (
 // their peers waiting. Whoever opens devices that share consumers gives them one group
 // (package verbs: one per process).
 type AckGroup struct {
-	holding atomic.Int32 // members holding ACKs back, read on every poll
-	mu      mutex        // serialises joins and leaves
+	mu mutex // serialises joins and leaves
 	// members is the group, replaced (never modified) when a device joins or leaves, so
 	// that pollers read it without a lock: a lock taken on every poll by every polling
 	// goroutine made them queue on it and sleep (milliseconds of latency tail).
@@ -57,13 +56,12 @@ func (g *AckGroup) leave(d *queue) {
 }
 
 // hold records whether queue d holds ACKs back (d's rxMu held, or its device closing).
+// It writes only d's own flag: a counter shared by the group, written by every member's
+// receive path on every batch, moved its cache line between the processors of two
+// devices polled side by side at each packet.
 func (g *AckGroup) hold(d *queue, held bool) {
-	if d.holdingAcks.Swap(held) != held {
-		if held {
-			g.holding.Add(1)
-		} else {
-			g.holding.Add(-1)
-		}
+	if d.holdingAcks.Load() != held {
+		d.holdingAcks.Store(held)
 	}
 }
 
@@ -74,11 +72,16 @@ const crossFlushAge = int64(5 * time.Microsecond)
 
 // flushOthers sends the ACKs held back for at least crossFlushAge by the queues of the
 // group other than d, whose receive path is free (d's rxMu held). It takes no lock but
-// theirs, and only if free.
+// theirs, and only if free. It looks at the others at most once per crossFlushAge (an
+// ACK held for less is not sent anyway): a poller reading the other members' state on
+// every poll took their cache lines from the processors serving them (in a process with
+// two devices bouncing messages, about 0.3 us of each one-way latency).
 func (g *AckGroup) flushOthers(d *queue) {
-	if g.holding.Load() == 0 {
+	now := d.d.now()
+	if now < d.crossAt {
 		return
 	}
+	d.crossAt = now + crossFlushAge
 	m := g.members.Load()
 	if m == nil {
 		return

@@ -51,6 +51,7 @@ type queue struct {
 	ids                  wire.IDSolver  // the ICRC's identification arithmetic, as tables for frequent lengths
 	rxFrom               netip.AddrPort // where it came from
 	quiesced             uint64         // Quiesce calls that waited for the receive path
+	crossAt              int64          // when this queue's poller may next flush other devices' ACKs (AckGroup.flushOthers)
 
 	// polled is set when a consumer polls (progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
