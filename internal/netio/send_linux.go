@@ -98,13 +98,14 @@ func (b *SendBatch) segmentIDs(fix func([]byte, int, uint16), i, j int) {
 }
 
 // sendMsgs sends msgs with sendmmsg, waiting for buffer space on EAGAIN and skipping a
-// message the kernel refuses.
+// message the kernel refuses. The socket does not block (EAGAIN instead), so the call is
+// made without the scheduler's bookkeeping (RawSyscall6; see RecvBatch.RecvFD).
 func (c *Conn) sendMsgs(msgs []mmsghdr) error {
 	for i := 0; i < len(msgs); {
 		if !c.acquire() {
 			return ErrClosed
 		}
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&msgs[i])),
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&msgs[i])),
 			uintptr(len(msgs)-i), 0, 0, 0)
 		c.release()
 		switch {
