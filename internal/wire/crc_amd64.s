@@ -33,6 +33,22 @@ DATA fold128<>+0(SB)/8, $0x1751997d0
 DATA fold128<>+8(SB)/8, $0xccaa009e
 GLOBL fold128<>(SB), RODATA|NOPTR, $16
 
+// FOLD4 moves the four accumulators Z1-Z4 forward by 256 bytes (constants in Z0) and adds
+// the next 256 bytes, loaded in Z9-Z12.
+#define FOLD4 \
+	VPCLMULQDQ $0x00, Z0, Z1, Z5; \
+	VPCLMULQDQ $0x11, Z0, Z1, Z1; \
+	VPCLMULQDQ $0x00, Z0, Z2, Z6; \
+	VPCLMULQDQ $0x11, Z0, Z2, Z2; \
+	VPCLMULQDQ $0x00, Z0, Z3, Z7; \
+	VPCLMULQDQ $0x11, Z0, Z3, Z3; \
+	VPCLMULQDQ $0x00, Z0, Z4, Z8; \
+	VPCLMULQDQ $0x11, Z0, Z4, Z4; \
+	VPTERNLOGD $0x96, Z9, Z5, Z1; \
+	VPTERNLOGD $0x96, Z10, Z6, Z2; \
+	VPTERNLOGD $0x96, Z11, Z7, Z3; \
+	VPTERNLOGD $0x96, Z12, Z8, Z4
+
 // func foldAVX512(crc uint32, p []byte, dst *byte, out *[16]byte)
 // len(p) >= 256 and a multiple of 64; crc is the raw (uninverted) register. If dst is not
 // nil, p is also copied there (as it is loaded: the copy costs its stores only).
@@ -73,18 +89,7 @@ loop256:
 	VMOVDQU64  64(SI), Z10
 	VMOVDQU64  128(SI), Z11
 	VMOVDQU64  192(SI), Z12
-	VPCLMULQDQ $0x00, Z0, Z1, Z5
-	VPCLMULQDQ $0x11, Z0, Z1, Z1
-	VPCLMULQDQ $0x00, Z0, Z2, Z6
-	VPCLMULQDQ $0x11, Z0, Z2, Z2
-	VPCLMULQDQ $0x00, Z0, Z3, Z7
-	VPCLMULQDQ $0x11, Z0, Z3, Z3
-	VPCLMULQDQ $0x00, Z0, Z4, Z8
-	VPCLMULQDQ $0x11, Z0, Z4, Z4
-	VPTERNLOGD $0x96, Z9, Z5, Z1
-	VPTERNLOGD $0x96, Z10, Z6, Z2
-	VPTERNLOGD $0x96, Z11, Z7, Z3
-	VPTERNLOGD $0x96, Z12, Z8, Z4
+	FOLD4
 	ADDQ       $256, SI
 	SUBQ       $256, CX
 	CMPQ       CX, $256
@@ -102,18 +107,7 @@ loop256copy:
 	VMOVDQU64  Z10, 64(DX)
 	VMOVDQU64  Z11, 128(DX)
 	VMOVDQU64  Z12, 192(DX)
-	VPCLMULQDQ $0x00, Z0, Z1, Z5
-	VPCLMULQDQ $0x11, Z0, Z1, Z1
-	VPCLMULQDQ $0x00, Z0, Z2, Z6
-	VPCLMULQDQ $0x11, Z0, Z2, Z2
-	VPCLMULQDQ $0x00, Z0, Z3, Z7
-	VPCLMULQDQ $0x11, Z0, Z3, Z3
-	VPCLMULQDQ $0x00, Z0, Z4, Z8
-	VPCLMULQDQ $0x11, Z0, Z4, Z4
-	VPTERNLOGD $0x96, Z9, Z5, Z1
-	VPTERNLOGD $0x96, Z10, Z6, Z2
-	VPTERNLOGD $0x96, Z11, Z7, Z3
-	VPTERNLOGD $0x96, Z12, Z8, Z4
+	FOLD4
 	ADDQ       $256, SI
 	ADDQ       $256, DX
 	SUBQ       $256, CX
