@@ -119,7 +119,8 @@ type QP struct {
 	// pointing at the address they were built for.
 	peer      *netio.Addr
 	txFlow    wire.Flow
-	src       int // the device socket its packets leave from (netio source; see sourceFor)
+	txPrefix  wire.PrefixCache // the ICRC pseudo-header's CRC for what it sends last (q.mu)
+	src       int              // the device socket its packets leave from (netio source; see sourceFor)
 	sqdNotify bool
 
 	sq        []sendWQE

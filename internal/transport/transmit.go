@@ -39,7 +39,7 @@ func (q *QP) emitTo(b *netio.SendBatch, addr *netio.Addr, flow *wire.Flow, src i
 	pad := wire.PadFor(payLen)
 	trailer := b.Alloc(pad + wire.ICRCLen)
 	clear(trailer[:pad])
-	wire.PutICRC(trailer[pad:], flow.ICRCParts(hdr, pay, trailer[:pad]))
+	wire.PutICRC(trailer[pad:], flow.ICRCPartsCached(&q.txPrefix, hdr, pay, trailer[:pad]))
 	b.BeginFrom(addr, src)
 	b.Add(hdr)
 	for _, p := range pay {

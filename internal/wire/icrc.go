@@ -113,24 +113,61 @@ func (f *Flow) v4() bool {
 	return (f.Src.Is4() || f.Src.Is4In6()) && (f.Dst.Is4() || f.Dst.Is4In6())
 }
 
+// PrefixCache keeps the CRC of one flow's pseudo-header up to the BTH (the ones, the IP and
+// UDP headers with their masks) for one transport length, which every full-sized packet of
+// a flow shares: a stream computes it once and goes on from it with the packet's own BTH.
+// A receive queue keeps one (in its IDSolver), a QP one for what it sends. The zero value
+// is empty; it is not safe for concurrent use.
+type PrefixCache struct {
+	flow Flow
+	tlen int
+	crc  uint32
+	ok   bool
+}
+
+// ipUDP returns the CRC, from zero, of the pseudo-header's bytes before the BTH for a
+// packet of flow f whose transport part is tlen bytes.
+func (c *PrefixCache) ipUDP(f *Flow, tlen int) uint32 {
+	if c.ok && c.tlen == tlen && c.flow == *f {
+		return c.crc
+	}
+	var buf [pseudoLen]byte
+	var bth [BTHLen]byte
+	n := f.prefix(&buf, bth[:], tlen) - BTHLen
+	*c = PrefixCache{flow: *f, tlen: tlen, crc: crcSmall(0, buf[:n]), ok: true}
+	return c.crc
+}
+
+// head returns the CRC, from zero, of the pseudo-header with bth masked in (from pc when
+// it holds the flow and length; pc may be nil).
+func (f *Flow) head(pc *PrefixCache, bth []byte, tlen int) uint32 {
+	if pc == nil {
+		var buf [pseudoLen]byte
+		n := f.prefix(&buf, bth, tlen)
+		return crcSmall(0, buf[:n])
+	}
+	var m [BTHLen]byte
+	copy(m[:], bth[:BTHLen])
+	m[4] = 0xFF // FECN, BECN and reserved bits masked
+	return crcSmall(pc.ipUDP(f, tlen), m[:])
+}
+
 // ICRC returns the invariant CRC of pkt, which runs from the BTH to the end of the payload
 // and pad, without the 4 ICRC bytes.
-func (f *Flow) ICRC(pkt []byte) uint32 {
+func (f *Flow) ICRC(pkt []byte) uint32 { return f.icrc(nil, pkt) }
+
+func (f *Flow) icrc(pc *PrefixCache, pkt []byte) uint32 {
 	if len(pkt) < BTHLen {
 		return 0
 	}
-	var buf [pseudoLen]byte
-	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
-	c := crcSmall(0, buf[:n])
+	c := f.head(pc, pkt, len(pkt)+ICRCLen)
 	return crcUpdate(c, pkt[BTHLen:])
 }
 
 // icrcCopy is ICRC(pkt), copying pkt[off:off+len(dst)] (within the payload: off >= BTHLen)
 // to dst in the same pass.
-func (f *Flow) icrcCopy(pkt []byte, off int, dst []byte) uint32 {
-	var buf [pseudoLen]byte
-	n := f.prefix(&buf, pkt, len(pkt)+ICRCLen)
-	c := crcSmall(0, buf[:n])
+func (f *Flow) icrcCopy(pc *PrefixCache, pkt []byte, off int, dst []byte) uint32 {
+	c := f.head(pc, pkt, len(pkt)+ICRCLen)
 	c = crcUpdate(c, pkt[BTHLen:off])
 	c = crcCopy(c, dst, pkt[off:off+len(dst)])
 	return crcUpdate(c, pkt[off+len(dst):])
@@ -139,6 +176,12 @@ func (f *Flow) icrcCopy(pkt []byte, off int, dst []byte) uint32 {
 // ICRCParts computes the ICRC of a packet held in pieces: hdr (BTH and extended headers),
 // the payload pieces, and pad bytes. tlen is the total transport length including ICRC.
 func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {
+	return f.ICRCPartsCached(nil, hdr, payload, pad)
+}
+
+// ICRCPartsCached is ICRCParts, taking the pseudo-header's CRC up to the BTH from pc
+// (and keeping it there) when pc is not nil.
+func (f *Flow) ICRCPartsCached(pc *PrefixCache, hdr []byte, payload [][]byte, pad []byte) uint32 {
 	if len(hdr) < BTHLen {
 		return 0
 	}
@@ -146,9 +189,7 @@ func (f *Flow) ICRCParts(hdr []byte, payload [][]byte, pad []byte) uint32 {
 	for _, p := range payload {
 		tlen += len(p)
 	}
-	var buf [pseudoLen]byte
-	n := f.prefix(&buf, hdr, tlen)
-	c := crcSmall(0, buf[:n])
+	c := f.head(pc, hdr, tlen)
 	c = crcUpdate(c, hdr[BTHLen:])
 	for _, p := range payload {
 		c = crcUpdate(c, p)

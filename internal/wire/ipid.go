@@ -221,11 +221,15 @@ func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver, off int, dst []byte) (id uin
 	n := len(pkt) - ICRCLen
 	g := *f
 	g.IPID = 0
+	var pc *PrefixCache
+	if s != nil {
+		pc = &s.prefix
+	}
 	var icrc uint32
 	if dst != nil {
-		icrc = g.icrcCopy(pkt[:n], off, dst)
+		icrc = g.icrcCopy(pc, pkt[:n], off, dst)
 	} else {
-		icrc = g.ICRC(pkt[:n])
+		icrc = g.icrc(pc, pkt[:n])
 	}
 	diff := icrc ^ binary.LittleEndian.Uint32(pkt[n:])
 	if diff == 0 {
@@ -253,10 +257,11 @@ func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver, off int, dst []byte) (id uin
 // per idTableEvery packets, so a peer varying its lengths gets the arithmetic
 // VerifyICRCAnyID does, never more.
 type IDSolver struct {
-	tabs    [2]idTable // the lengths with tables; tabs[0] the most recently built
-	cand    int        // a length without a table, seen candRun times in a row
+	tabs    [2]idTable  // the lengths with tables; tabs[0] the most recently built
+	cand    int         // a length without a table, seen candRun times in a row
 	candRun int
-	since   int // packets solved since the last table was built
+	since   int         // packets solved since the last table was built
+	prefix  PrefixCache // the pseudo-header's CRC for the last flow and length verified
 }
 
 const (

@@ -293,7 +293,55 @@ func TestCRCSmall(t *testing.T) {
 func BenchmarkICRCHeader(b *testing.B) {
 	f := Flow{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true}
 	pkt := make([]byte, BTHLen+RETHLen)
-	for b.Loop() {
-		_ = f.ICRC(pkt)
+	b.Run("uncached", func(b *testing.B) {
+		for b.Loop() {
+			_ = f.ICRC(pkt)
+		}
+	})
+	// With a PrefixCache, as a QP sends and a receive queue verifies.
+	b.Run("cached", func(b *testing.B) {
+		var pc PrefixCache
+		for b.Loop() {
+			_ = f.icrc(&pc, pkt)
+		}
+	})
+}
+
+// A PrefixCache gives the ICRC computed without one, whatever flows and lengths follow one
+// another through it: IPv4, IPv6 and IPv4-mapped flows, another port, another
+// identification or DF, another length, and the same again (a hit).
+func TestPrefixCache(t *testing.T) {
+	flows := []Flow{
+		{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true},
+		{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC124, DstPort: UDPPort, DF: true},
+		{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true, IPID: 7},
+		{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort},
+		{Src: netip.MustParseAddr("::ffff:127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xC123, DstPort: UDPPort, DF: true},
+		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC123, DstPort: UDPPort},
+	}
+	var pc PrefixCache
+	r := rand.New(rand.NewPCG(3, 4))
+	pay := make([]byte, 5000)
+	for i := range pay {
+		pay[i] = byte(r.Uint32())
+	}
+	for round := range 3 {
+		for fi := range flows {
+			for _, n := range []int{0, 8, 1024, 4096, 4096, 13} {
+				hdr := make([]byte, BTHLen+RETHLen)
+				for i := range hdr {
+					hdr[i] = byte(r.Uint32())
+				}
+				f := &flows[fi]
+				want := f.ICRCParts(hdr, [][]byte{pay[:n]}, nil)
+				if got := f.ICRCPartsCached(&pc, hdr, [][]byte{pay[:n]}, nil); got != want {
+					t.Fatalf("round %d flow %d length %d: cached %#x, want %#x", round, fi, n, got, want)
+				}
+				pkt := append(append([]byte(nil), hdr...), pay[:n]...)
+				if got := f.icrc(&pc, pkt); got != want {
+					t.Fatalf("round %d flow %d length %d: icrc with cache %#x, want %#x", round, fi, n, got, want)
+				}
+			}
+		}
 	}
 }
