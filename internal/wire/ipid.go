@@ -257,8 +257,8 @@ func (f *Flow) verifyAnyID(pkt []byte, s *IDSolver, off int, dst []byte) (id uin
 // per idTableEvery packets, so a peer varying its lengths gets the arithmetic
 // VerifyICRCAnyID does, never more.
 type IDSolver struct {
-	tabs    [2]idTable  // the lengths with tables; tabs[0] the most recently built
-	cand    int         // a length without a table, seen candRun times in a row
+	tabs    [2]idTable // the lengths with tables; tabs[0] the most recently built
+	cand    int        // a length without a table, seen candRun times in a row
 	candRun int
 	since   int         // packets solved since the last table was built
 	prefix  PrefixCache // the pseudo-header's CRC for the last flow and length verified
