@@ -27,6 +27,9 @@ func foldAVX512(crc uint32, p []byte, dst *byte, out *[16]byte)
 // processor has AVX-512 carry-less multiplies: the ICRC of every payload goes through it,
 // once to send and once to verify.
 func crcUpdate(crc uint32, p []byte) uint32 {
+	if len(p) < smallMax {
+		return crcSmall(crc, p)
+	}
 	if !useFold || len(p) < foldMin {
 		return crc32.Update(crc, crc32.IEEETable, p)
 	}

@@ -7,6 +7,9 @@ import "hash/crc32"
 // crcUpdate is crc32.Update(crc, crc32.IEEETable, p); amd64 has a faster one for long
 // inputs (crc_amd64.go).
 func crcUpdate(crc uint32, p []byte) uint32 {
+	if len(p) < smallMax {
+		return crcSmall(crc, p)
+	}
 	return crc32.Update(crc, crc32.IEEETable, p)
 }
 

@@ -87,7 +87,7 @@ var crcSink uint32
 
 // BenchmarkCRC compares crcUpdate with the standard library's CRC at a few lengths.
 func BenchmarkCRC(b *testing.B) {
-	for _, n := range []int{256, 512, 1024, 4096} {
+	for _, n := range []int{8, 256, 512, 1024, 4096} {
 		p := make([]byte, n)
 		b.Run("softrnic/"+strconv.Itoa(n), func(b *testing.B) {
 			b.SetBytes(int64(n))
