@@ -173,7 +173,7 @@ func Open(cfg Config) (*Device, error) {
 	nc := netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
 		DisableGRO: cfg.DisableGRO, Faults: cfg.Faults, FaultFilter: cfg.FaultFilter,
-		SegmentID:   wire.SegmentICRC, // segment i of a GSO send carries IPv4 identification i
+		SegmentID:   new(wire.Segmenter).Fix, // segment i of a GSO send carries IPv4 identification i
 		SourcePorts: cfg.SourcePorts,
 	}
 	if cfg.Tap != nil {

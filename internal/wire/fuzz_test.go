@@ -445,9 +445,19 @@ func FuzzICRC(f *testing.F) {
 			z.IPID = 0
 			var tr [ICRCLen]byte
 			PutICRC(tr[:], z.ICRC(pkt))
+			tr2 := tr
 			SegmentICRC(tr[:], len(full), fl.IPID)
 			if !bytes.Equal(tr[:], full[len(pkt):]) {
 				t.Fatalf("SegmentICRC to identification %d: %x, want %x", fl.IPID, tr, full[len(pkt):])
+			}
+			// A Segmenter (twice: computing its basis, then from it) agrees.
+			var sg Segmenter
+			for range 2 {
+				tr3 := tr2
+				sg.Fix(tr3[:], len(full), fl.IPID)
+				if tr3 != tr {
+					t.Fatalf("Segmenter to identification %d: %x, want %x", fl.IPID, tr3, tr)
+				}
 			}
 			// A receive queue's IDSolver with a table for this length answers the same, for
 			// the packet and for one with a flipped bit.

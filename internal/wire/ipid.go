@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // The ICRC and the IPv4 Identification.
@@ -202,6 +203,43 @@ func idDelta(v uint16, tlen int) uint32 {
 func SegmentICRC(icrc []byte, tlen int, id uint16) {
 	v := binary.LittleEndian.Uint32(icrc) ^ idDelta(id, tlen)
 	binary.LittleEndian.PutUint32(icrc, v)
+}
+
+// Segmenter is SegmentICRC with the arithmetic done once per transport length: the
+// change an identification makes is linear in it, so for each length the change of each of
+// its 16 bits is kept, and a segment's is the XOR of its set bits' (a GSO send's segments
+// 1..15 share one length; SegmentICRC does the whole arithmetic for every one). It keeps a
+// few lengths; a length not kept costs what SegmentICRC costs, once, and replaces another.
+// Fix may be called from several goroutines at once.
+type Segmenter struct {
+	slots [4]atomic.Pointer[segBasis]
+}
+
+// segBasis is the ICRC change of each identification bit for one transport length.
+type segBasis struct {
+	tlen int
+	d    [16]uint32
+}
+
+// Fix is SegmentICRC(icrc, tlen, id).
+func (s *Segmenter) Fix(icrc []byte, tlen int, id uint16) {
+	if id == 0 {
+		return
+	}
+	slot := &s.slots[(tlen>>2^tlen>>5)&3]
+	b := slot.Load()
+	if b == nil || b.tlen != tlen {
+		b = &segBasis{tlen: tlen}
+		for k := range b.d {
+			b.d[k] = idDelta(1<<k, tlen)
+		}
+		slot.Store(b)
+	}
+	var d uint32
+	for v := id; v != 0; v &= v - 1 {
+		d ^= b.d[bits.TrailingZeros16(v)]
+	}
+	binary.LittleEndian.PutUint32(icrc, binary.LittleEndian.Uint32(icrc)^d)
 }
 
 // VerifyICRCAnyID checks the ICRC at the end of pkt (BTH to end, including the ICRC)
