@@ -111,8 +111,10 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error
 	}
 	if access&AccessOnDemand == 0 {
 		// Otherwise the first remote WRITE into fresh memory takes a page fault per page
-		// in the receive path, which then falls behind the socket: drops, retransmissions.
+		// in the receive path, which then falls behind the socket: drops, retransmissions;
+		// and the first send from it, one per page in the kernel (pages.KernelTouch).
 		pages.Populate(buf)
+		pages.KernelTouch(buf)
 	}
 	onDemand := access&AccessOnDemand != 0
 	access &^= AccessOnDemand

@@ -36,3 +36,19 @@ func TestPopulateKeepsContents(t *testing.T) {
 		}
 	}
 }
+
+// KernelTouch reads only: the contents stay as they were, whatever buf's alignment and
+// length (empty, within one page, across many, more pages than one writev takes).
+func TestKernelTouchKeepsContents(t *testing.T) {
+	buf := make([]byte, 1100*Size+300)
+	for i := range buf {
+		buf[i] = byte(i*13 + 5)
+	}
+	want := bytes.Clone(buf)
+	for _, r := range [][2]int{{0, 0}, {5, 6}, {100, 200}, {Size - 1, Size + 1}, {7, 3*Size + 9}, {0, len(buf)}, {333, len(buf) - 1}} {
+		KernelTouch(buf[r[0]:r[1]])
+	}
+	if !bytes.Equal(buf, want) {
+		t.Fatal("KernelTouch changed the memory")
+	}
+}
