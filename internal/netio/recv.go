@@ -43,9 +43,11 @@ func (c *Conn) NewRecvBatch(n, bufSize int) *RecvBatch {
 	// a device's first large message 20-60 µs slower one way than the next. The first
 	// preparedBytes of each slot (a message of a few packets) are prepared now; the rest,
 	// which only GRO batches of bulk traffic reach, fault in on first use.
-	for i := 0; i < n; i++ {
-		pages.Prepare(mem[i*bufSize : i*bufSize+min(bufSize, preparedBytes)])
+	slots := make([][]byte, n)
+	for i := range slots {
+		slots[i] = mem[i*bufSize : i*bufSize+min(bufSize, preparedBytes)]
 	}
+	pages.Prepare(slots...) // one pass, one pipe for the kernel's touch
 	for i := range b.msgs {
 		b.bufs[i] = mem[i*bufSize : (i+1)*bufSize : (i+1)*bufSize]
 		b.iovs[i].Base = &b.bufs[i][0]

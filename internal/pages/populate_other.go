@@ -7,4 +7,4 @@ package pages
 func Populate([]byte) {}
 
 // KernelTouch does nothing here: the pages fault in on first use.
-func KernelTouch([]byte) {}
+func KernelTouch(...[]byte) {}

@@ -33,9 +33,15 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 	if !useFold || len(p) < foldMin {
 		return crc32.Update(crc, crc32.IEEETable, p)
 	}
+	return fold(crc, p, nil)
+}
+
+// fold is crcUpdate(crc, p) with foldAVX512 over p's whole 64-byte blocks (len(p) >=
+// foldMin), copying those blocks to dst as well if dst is not nil.
+func fold(crc uint32, p []byte, dst *byte) uint32 {
 	n := len(p) &^ 63
 	var st [16]byte
-	foldAVX512(^crc, p[:n], nil, &st)
+	foldAVX512(^crc, p[:n], dst, &st)
 	// crcSmall(^0, st) is the inverted CRC of st from a zero register; continuing from
 	// it over the tail gives the standard result.
 	return crcSmall(crcSmall(0xFFFFFFFF, st[:]), p[n:])
@@ -48,11 +54,10 @@ func crcCopy(crc uint32, dst, src []byte) uint32 {
 	dst = dst[:len(src)]
 	if !useFold || len(src) < foldMin {
 		copy(dst, src)
-		return crc32.Update(crc, crc32.IEEETable, src)
+		return crcUpdate(crc, src)
 	}
+	c := fold(crc, src, &dst[0])
 	n := len(src) &^ 63
-	var st [16]byte
-	foldAVX512(^crc, src[:n], &dst[0], &st)
 	copy(dst[n:], src[n:])
-	return crcSmall(crcSmall(0xFFFFFFFF, st[:]), src[n:])
+	return c
 }

@@ -16,5 +16,5 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 // crcCopy copies src to dst (at least as long) and returns crcUpdate(crc, src).
 func crcCopy(crc uint32, dst, src []byte) uint32 {
 	copy(dst, src)
-	return crc32.Update(crc, crc32.IEEETable, src)
+	return crcUpdate(crc, src)
 }
