@@ -208,6 +208,7 @@ func (c *Comm) call(f func()) error {
 	}
 	c.runOps()
 	f()
+	c.pool.settle()
 	return nil
 }
 
@@ -312,6 +313,7 @@ func (c *Comm) round() (worked, waiting bool) {
 	if c.pump() {
 		worked = true
 	}
+	c.pool.settle()
 	return worked, len(c.active) > 0
 }
 

@@ -22,6 +22,11 @@ type bufPool struct {
 	free    map[int][][]byte // by length
 	want    map[int]int      // how many of each length to keep ready
 	filling map[int]bool     // a refill of this length is under way
+	// Bookkeeping left for settle, so that it does not delay the post an enlargement
+	// makes next (the acknowledgement, the first large message): lengths taken from the
+	// reserve, and buffers given back, not cleared yet.
+	due  []int
+	back [][]byte
 }
 
 func (bp *bufPool) init(c *Comm) {
@@ -47,19 +52,31 @@ func (bp *bufPool) get(n int) []byte {
 	}
 	b := l[len(l)-1]
 	bp.free[n] = l[:len(l)-1]
-	if len(bp.free[n]) < bp.want[n] {
-		bp.refill(n, refillDelay)
-	}
+	bp.due = append(bp.due, n)
 	return b
 }
 
-// put takes back a buffer no longer registered, if the reserve wants it.
-func (bp *bufPool) put(b []byte) {
-	if len(bp.free[len(b)]) >= bp.want[len(b)] {
-		return // the garbage collector's
+// put takes back a buffer no longer registered; settle keeps it if the reserve wants it.
+func (bp *bufPool) put(b []byte) { bp.back = append(bp.back, b) }
+
+// settle does what get and put left: it clears the buffers given back that the reserve
+// wants (the others are the garbage collector's) and starts the refills. The progress
+// engine calls it at the end of a round, after the round's posts.
+func (bp *bufPool) settle() {
+	for i, b := range bp.back {
+		if len(bp.free[len(b)]) < bp.want[len(b)] {
+			clear(b)
+			bp.free[len(b)] = append(bp.free[len(b)], b)
+		}
+		bp.back[i] = nil
 	}
-	clear(b)
-	bp.free[len(b)] = append(bp.free[len(b)], b)
+	bp.back = bp.back[:0]
+	for _, n := range bp.due {
+		if len(bp.free[n]) < bp.want[n] {
+			bp.refill(n, refillDelay)
+		}
+	}
+	bp.due = bp.due[:0]
 }
 
 // refill allocates the buffers of length n the reserve lacks, in a helper goroutine that
