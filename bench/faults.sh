@@ -2,6 +2,10 @@
 # Measures write_bw and send_bw at 64 KiB and 1 MiB in ordered and weakly-ordered mode,
 # fault-free and under SOFTRNIC_FAULTS-style loss (0.1%, 1%, 3%) and reordering (5%), and
 # prints the README's table: medians of RUNS rounds (default 3), in one run of the machine.
+# In a round, one test's settings run back to back (fault-free first, each fault in both
+# modes), and the table's ratios are medians of each round's own ratios: this machine's
+# speed changes by 2x from one minute to the next, which a ratio of medians taken minutes
+# apart would show as a fault's cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
@@ -9,13 +13,13 @@ out=$(mktemp -d)
 go build -o "$out/rperf" ./cmd/rperf
 faults=("none" "loss=0.001" "loss=0.01" "loss=0.03" "reorder=0.05")
 for i in $(seq "$runs"); do
-  for f in "${faults[@]}"; do
-    for mode in weak ordered; do
-      for t in "write_bw -s 65536 -n 5000" "write_bw -s 1M -n 300" "send_bw -s 65536 -n 5000" "send_bw -s 1M -n 300"; do
+  for t in "write_bw -s 65536 -n 5000" "write_bw -s 1M -n 300" "send_bw -s 65536 -n 5000" "send_bw -s 1M -n 300"; do
+    for f in "${faults[@]}"; do
+      for mode in weak ordered; do
         args=(--loopback --json --stats --ordering "$mode")
         [ "$f" != none ] && args+=(--faults "$f,seed=$i")
         # shellcheck disable=SC2086
-        "$out/rperf" $t "${args[@]}" | sed "s/^{/{\"faults\":\"$f\",/" >> "$out/results.jsonl"
+        "$out/rperf" $t "${args[@]}" | sed "s/^{/{\"round\":$i,\"faults\":\"$f\",/" >> "$out/results.jsonl"
       done
     done
   done

@@ -1,5 +1,8 @@
 // Command faulttable turns bench/faults.sh's results (rperf --json lines tagged with the
-// fault setting) into a markdown table: both modes side by side, medians over rounds.
+// round and the fault setting) into a markdown table: both modes side by side, medians over
+// rounds. The ratios (a fault's share of the fault-free rate, weak against ordered) are the
+// medians of each round's own ratios, not ratios of medians: the rounds' settings run close
+// together, the rounds minutes apart, and the machine's speed changes in between.
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 )
 
 type result struct {
+	Round    int     `json:"round"`
 	Faults   string  `json:"faults"`
 	Test     string  `json:"test"`
 	Size     int     `json:"size"`
@@ -50,6 +54,7 @@ func main() {
 	}
 	bw := map[key][]float64{}
 	rtx := map[key][]float64{}
+	byRound := map[key]map[int]float64{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -59,16 +64,20 @@ func main() {
 		}
 		k := key{r.Test, r.Faults, r.Ordering, r.Size}
 		bw[k] = append(bw[k], r.BW)
+		if byRound[k] == nil {
+			byRound[k] = map[int]float64{}
+		}
+		byRound[k][r.Round] = r.BW
 		rtx[k] = append(rtx[k], r.Counters.Client.Retransmits/max(r.Counters.Client.TxPackets, 1)*100)
 	}
 	fmt.Println("| test | size | faults | weak MiB/s | weak, % of its fault-free | weak retransmitted, % of packets | ordered MiB/s | ordered retransmitted | weak / ordered |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, test := range []string{"write_bw", "send_bw"} {
 		for _, size := range []int{65536, 1 << 20} {
-			clean := median(bw[key{test, "none", "weak", size}])
+			clean := key{test, "none", "weak", size}
 			for _, fl := range []string{"none", "loss=0.001", "loss=0.01", "loss=0.03", "reorder=0.05"} {
-				w := median(bw[key{test, fl, "weak", size}])
-				o := median(bw[key{test, fl, "ordered", size}])
+				wk, ok := key{test, fl, "weak", size}, key{test, fl, "ordered", size}
+				w, o := median(bw[wk]), median(bw[ok])
 				if w == 0 && o == 0 {
 					continue
 				}
@@ -76,9 +85,20 @@ func main() {
 				if size == 1<<20 {
 					sz = "1 MiB"
 				}
-				fmt.Printf("| %s | %s | %s | %.0f | %.0f%% | %.2f%% | %.0f | %.2f%% | %.1f× |\n", test, sz, fl, w, w/clean*100,
-					median(rtx[key{test, fl, "weak", size}]), o, median(rtx[key{test, fl, "ordered", size}]), w/o)
+				fmt.Printf("| %s | %s | %s | %.0f | %.0f%% | %.2f%% | %.0f | %.2f%% | %.1f× |\n", test, sz, fl, w, ratio(byRound, wk, clean)*100,
+					median(rtx[wk]), o, median(rtx[ok]), ratio(byRound, wk, ok))
 			}
 		}
 	}
+}
+
+// ratio is the median over rounds of a's rate over b's in the same round.
+func ratio(byRound map[key]map[int]float64, a, b key) float64 {
+	var v []float64
+	for round, x := range byRound[a] {
+		if y := byRound[b][round]; y > 0 {
+			v = append(v, x/y)
+		}
+	}
+	return median(v)
 }
