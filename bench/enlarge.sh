@@ -35,4 +35,16 @@ print(f"first 4000-byte round trip, 16 KiB from the start      : {fb:7.1f} us (s
 print(f"the enlargement: {(fe - fb) / small:.2f} small round trips (bar: at most 1); "
       f"the first large message against steady, with enlargement {(fe - se) / small:.2f}, without {(fb - sb) / small:.2f}")
 print(f"steady rate after it: {se / sb:.2f} x the round trip of a connection large from the start")
+q = lambda rs, k, p: st.quantiles([r[k] for r in rs], n=4)[p] if len(rs) > 1 else rs[0][k]
+print(f"first round trips' quartiles, enlarging {q(enl, 'first_us', 0):.1f} / {fe:.1f} / {q(enl, 'first_us', 2):.1f} us, "
+      f"large from the start {q(big, 'first_us', 0):.1f} / {fb:.1f} / {q(big, 'first_us', 2):.1f} us "
+      f"(some jobs lose a processor for 0.1-0.3 ms in the middle: this machine's host)")
+aw, sv, ap = med(enl, "ack_wait_us"), med(enl, "serve_us"), med(enl, "ack_post_us")
+pv, tf = med(enl, "provision_us"), med(enl, "to_first_send_us")
+print("the enlargement's steps (msg.Stats().LastEnlargement; medians):")
+print(f"  request posted -> complete acknowledgement read  {aw:6.1f} us = {aw / small:.2f} small round trips, of which")
+print(f"    the receiver's provisioning (unregister, register) {sv:6.1f} us, its acknowledgement's post {ap:.1f} us")
+print(f"    and the rest, the control round trip itself        {aw - sv:6.1f} us = {(aw - sv) / small:.2f} small round trips")
+print(f"  the sender's provisioning (unregister, register)  {pv:6.1f} us")
+print(f"  request posted -> first large post returned       {tf:6.1f} us")
 PY

@@ -52,6 +52,14 @@ func TestEnlargeFirstElement(t *testing.T) {
 	if s.Enlargements != 1 || s.ZeroByteReports == 0 || s.PrefixSends != 0 {
 		t.Errorf("sender: %d enlargements, %d zero-byte reports, %d prefixes; want 1, >0, 0", s.Enlargements, s.ZeroByteReports, s.PrefixSends)
 	}
+	// The steps are timed where each role saw them, and follow one another: the sender's
+	// first large post comes after the acknowledgement was read and its own provisioning.
+	if e := s.LastEnlargement; e.AckWait <= 0 || e.Provision <= 0 || e.ToFirstSend < e.AckWait+e.Provision || e.Serve != 0 || e.AckPost != 0 {
+		t.Errorf("sender's enlargement times %+v: want AckWait, Provision > 0, ToFirstSend >= their sum, no receiver's times", e)
+	}
+	if e := comms[2].Stats().LastEnlargement; e.Serve <= 0 || e.AckPost <= 0 || e.AckWait != 0 {
+		t.Errorf("receiver's enlargement times %+v: want Serve, AckPost > 0 and no sender's times", e)
+	}
 	m := comms[2].Memory()
 	for _, p := range m.Peers {
 		want := map[int]int{0: 1, 1: 0}[p.Rank] // only rank 0's connection grew

@@ -105,12 +105,14 @@ type peer struct {
 	target      int  // the phase asked for
 	ackNonce    uint32
 	ackSince    time.Time
-	ackAsks     int  // times the acknowledgement was asked for again in this enlargement
-	ackNotified bool // an acknowledgement was written since the area was last read
-	ack         ack  // the complete acknowledgement
-	ackBusy     bool // receiver: our acknowledgement WRITE is in flight
-	ackPending  bool // receiver: another one is to be written when it completes
-	ackSlot     int  // the slot of our area the next acknowledgement is written to
+	ctlAt       time.Time // when the control message was posted
+	firstSend   bool      // the next post is the first through the larger slots (timed)
+	ackAsks     int       // times the acknowledgement was asked for again in this enlargement
+	ackNotified bool      // an acknowledgement was written since the area was last read
+	ack         ack       // the complete acknowledgement
+	ackBusy     bool      // receiver: our acknowledgement WRITE is in flight
+	ackPending  bool      // receiver: another one is to be written when it completes
+	ackSlot     int       // the slot of our area the next acknowledgement is written to
 
 	lastAckSlot int // receiver: the slot of the sender's area the acknowledgement goes to
 
@@ -508,6 +510,7 @@ func (p *peer) transfer() (sent int) {
 			p.ackNonce = c.nonce
 			p.writeSlot(&outMsg{kind: kindEnlarge})                                      // through the small slots
 			p.ctlSent, p.ackSince, p.ackNotified, p.ackAsks = true, time.Now(), false, 0 // record that it was sent
+			p.ctlAt = p.ackSince
 			c.stats.Enlargements++
 		}
 		c.stats.ZeroByteReports++ // and report 0 bytes to the upper level
@@ -549,6 +552,7 @@ func (p *peer) pollAck() bool {
 		phase := int(a.Phase)
 		if phase == p.target && phase < len(c.cfg.Phases) && int(a.SlotSize) == c.cfg.Phases[phase] && a.Slots >= 2 && a.Slots <= maxCredits {
 			p.ack, p.ackNotified = a, true // provisionLarge may have to wait: keep it
+			c.stats.LastEnlargement.AckWait = time.Since(p.ctlAt)
 			return true
 		}
 		st = ackPartial // not what was asked: as good as corrupt
@@ -585,6 +589,7 @@ func (p *peer) askAck() {
 // ring (from the acknowledgement) used from now on.
 func (p *peer) provisionLarge() bool {
 	a := p.ack
+	start := time.Now()
 	if busy := p.c.cfg.SendSlots - len(p.stageFree); busy == 0 {
 		p.c.deregBuf(p.stage) // blocks 455-456
 	} else {
@@ -603,6 +608,8 @@ func (p *peer) provisionLarge() bool {
 	p.rGen++
 	p.credits, p.sendSeq = p.rSlots, 0
 	p.ctlSent, p.useLarge, p.ackNotified = false, false, false
+	p.c.stats.LastEnlargement.Provision = time.Since(start)
+	p.firstSend = true
 	return true
 }
 
@@ -658,6 +665,10 @@ func (p *peer) writeSlot(m *outMsg) {
 	p.sqUsed++
 	p.credits--
 	p.sendSeq++
+	if p.firstSend {
+		p.firstSend = false
+		c.stats.LastEnlargement.ToFirstSend = time.Since(p.ctlAt)
+	}
 	if m.kind == kindData {
 		m.req.complete(nil) // copied: the buffer is the caller's again
 	}
@@ -800,6 +811,7 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 		p.down(fmt.Errorf("protocol: enlargement from phase %d to %d", p.phase, phase))
 		return
 	}
+	start := time.Now()
 	c.deregBuf(p.ring)
 	p.ring = nil
 	mr, err := c.regBuf(c.cfg.Slots*c.cfg.Phases[phase], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
@@ -809,6 +821,8 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 	}
 	p.ring, p.phase = mr, phase
 	p.gen++
+	posting := time.Now()
+	c.stats.LastEnlargement.Serve = posting.Sub(start)
 	p.recvSeq, p.owed = 0, 0
 	a := ack{Nonce: nonce, Addr: mr.Addr(), RKey: mr.RKey(), Slots: uint32(c.cfg.Slots), SlotSize: uint32(c.cfg.Phases[phase]), Phase: uint32(phase)}
 	b := make([]byte, ackLen)
@@ -816,6 +830,7 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 	p.lastAck = b
 	c.stats.EnlargementsServed++
 	p.writeAck(b, p.lastAckSlot)
+	c.stats.LastEnlargement.AckPost = time.Since(posting)
 }
 
 // writeAck writes an acknowledgement into the sender's area and notifies it.

@@ -20,6 +20,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,14 +44,21 @@ type result struct {
 	MBps      float64 `json:"mb_per_s,omitempty"`
 	// memory
 	// enlarge
-	FirstUS      float64 `json:"first_us,omitempty"`
-	SteadyUS     float64 `json:"steady_us,omitempty"`
-	SmallRTTUS   float64 `json:"small_rtt_us,omitempty"`
-	ExtraRTTs    float64 `json:"extra_rtts,omitempty"`
-	Enlarged     bool    `json:"enlarged,omitempty"` // enlarge: the timed first round trip enlarged the connection
-	Conns        int     `json:"conns,omitempty"`
-	PerConnBytes int     `json:"per_conn_bytes,omitempty"`
-	LargeBytes   int     `json:"large_per_conn_bytes,omitempty"`
+	FirstUS    float64 `json:"first_us,omitempty"`
+	SteadyUS   float64 `json:"steady_us,omitempty"`
+	SmallRTTUS float64 `json:"small_rtt_us,omitempty"`
+	ExtraRTTs  float64 `json:"extra_rtts,omitempty"`
+	Enlarged   bool    `json:"enlarged,omitempty"` // enlarge: the timed first round trip enlarged the connection
+	// enlarge: the steps of the enlargement (msg.EnlargementTimes), the sender's (rank 0)
+	// and the receiver's (the peer), medians over the connections.
+	AckWaitUS     float64 `json:"ack_wait_us,omitempty"`
+	ProvisionUS   float64 `json:"provision_us,omitempty"`
+	ToFirstSendUS float64 `json:"to_first_send_us,omitempty"`
+	ServeUS       float64 `json:"serve_us,omitempty"`
+	AckPostUS     float64 `json:"ack_post_us,omitempty"`
+	Conns         int     `json:"conns,omitempty"`
+	PerConnBytes  int     `json:"per_conn_bytes,omitempty"`
+	LargeBytes    int     `json:"large_per_conn_bytes,omitempty"`
 }
 
 func main() {
@@ -124,6 +132,10 @@ func main() {
 			}
 			fmt.Printf("%-10s %9d B first round trip %.1f us, then %.1f us; a small round trip %.1f us: the first took %.2f small round trips more than the steady one (median of %d connections; %s)\n",
 				r.Test, r.Size, r.FirstUS, r.SteadyUS, r.SmallRTTUS, r.ExtraRTTs, r.Conns, how)
+			if r.Enlarged {
+				fmt.Printf("%-10s the enlargement's steps: acknowledgement %.1f us after the request (the receiver's provisioning %.1f us and its post %.1f us in it); the sender's provisioning %.1f us; first large post returned %.1f us after the request\n",
+					"", r.AckWaitUS, r.ServeUS, r.AckPostUS, r.ProvisionUS, r.ToFirstSendUS)
+			}
 		case r.Conns > 0:
 			printMemory(r)
 		case r.MBps > 0:
@@ -421,6 +433,8 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 		return time.Since(t), nil
 	}
 	var first, steady, smallRT []float64
+	var ackWait, provision, toFirst, serve, ackPost []float64
+	times := make([]byte, 16) // the peer's Serve and AckPost, in ns
 	for peer := 1; peer < c.Size(); peer++ {
 		if c.Rank() != 0 && c.Rank() != peer {
 			continue
@@ -447,6 +461,23 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 			}
 			sr = append(sr, us(d))
 		}
+		// The peer tells rank 0 its side of the enlargement.
+		if c.Rank() == peer {
+			e := c.Stats().LastEnlargement
+			binary.LittleEndian.PutUint64(times, uint64(e.Serve))
+			binary.LittleEndian.PutUint64(times[8:], uint64(e.AckPost))
+			if err := c.Send(ctx, times, 0, 10); err != nil {
+				return err
+			}
+		} else {
+			if _, err := c.Recv(ctx, times, peer, 10); err != nil {
+				return err
+			}
+			e := c.Stats().LastEnlargement
+			ackWait, provision, toFirst = append(ackWait, us(e.AckWait)), append(provision, us(e.Provision)), append(toFirst, us(e.ToFirstSend))
+			serve = append(serve, us(time.Duration(binary.LittleEndian.Uint64(times))))
+			ackPost = append(ackPost, us(time.Duration(binary.LittleEndian.Uint64(times[8:]))))
+		}
 		slices.Sort(st)
 		slices.Sort(sr)
 		first, steady, smallRT = append(first, us(f)), append(steady, st[len(st)/2]), append(smallRT, sr[len(sr)/2])
@@ -457,8 +488,12 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 		for i := range first {
 			extra[i] = (first[i] - steady[i]) / smallRT[i]
 		}
-		out(result{Test: "enlarge", Size: size, FirstUS: med(first), SteadyUS: med(steady), SmallRTTUS: med(smallRT), ExtraRTTs: med(extra), Conns: len(first),
-			Enlarged: c.Stats().Enlargements > 0})
+		r := result{Test: "enlarge", Size: size, FirstUS: med(first), SteadyUS: med(steady), SmallRTTUS: med(smallRT), ExtraRTTs: med(extra), Conns: len(first),
+			Enlarged: c.Stats().Enlargements > 0}
+		if r.Enlarged {
+			r.AckWaitUS, r.ProvisionUS, r.ToFirstSendUS, r.ServeUS, r.AckPostUS = med(ackWait), med(provision), med(toFirst), med(serve), med(ackPost)
+		}
+		out(r)
 	}
 	return nil
 }
