@@ -105,7 +105,7 @@ type peer struct {
 	target      int  // the phase asked for
 	ackNonce    uint32
 	ackSince    time.Time
-	ctlAt       time.Time // when the control message was posted
+	ctlAt       time.Time // when the control message was written (before its post)
 	firstSend   bool      // the next post is the first through the larger slots (timed)
 	ackAsks     int       // times the acknowledgement was asked for again in this enlargement
 	ackNotified bool      // an acknowledgement was written since the area was last read
@@ -508,9 +508,9 @@ func (p *peer) transfer() (sent int) {
 				c.nonce++
 			}
 			p.ackNonce = c.nonce
+			p.ctlAt = time.Now()
 			p.writeSlot(&outMsg{kind: kindEnlarge})                                      // through the small slots
 			p.ctlSent, p.ackSince, p.ackNotified, p.ackAsks = true, time.Now(), false, 0 // record that it was sent
-			p.ctlAt = p.ackSince
 			c.stats.Enlargements++
 		}
 		c.stats.ZeroByteReports++ // and report 0 bytes to the upper level

@@ -133,7 +133,7 @@ func main() {
 			fmt.Printf("%-10s %9d B first round trip %.1f us, then %.1f us; a small round trip %.1f us: the first took %.2f small round trips more than the steady one (median of %d connections; %s)\n",
 				r.Test, r.Size, r.FirstUS, r.SteadyUS, r.SmallRTTUS, r.ExtraRTTs, r.Conns, how)
 			if r.Enlarged {
-				fmt.Printf("%-10s the enlargement's steps: acknowledgement %.1f us after the request (the receiver's provisioning %.1f us and its post %.1f us in it); the sender's provisioning %.1f us; first large post returned %.1f us after the request\n",
+				fmt.Printf("%-10s the enlargement's steps: acknowledgement %.1f us after the request was written (the receiver's provisioning %.1f us and its post %.1f us in it); the sender's provisioning %.1f us; first large post returned %.1f us after the request\n",
 					"", r.AckWaitUS, r.ServeUS, r.AckPostUS, r.ProvisionUS, r.ToFirstSendUS)
 			}
 		case r.Conns > 0:
