@@ -38,7 +38,7 @@ print(f"steady rate after it: {se / sb:.2f} x the round trip of a connection lar
 q = lambda rs, k, p: st.quantiles([r[k] for r in rs], n=4)[p] if len(rs) > 1 else rs[0][k]
 print(f"first round trips' quartiles, enlarging {q(enl, 'first_us', 0):.1f} / {fe:.1f} / {q(enl, 'first_us', 2):.1f} us, "
       f"large from the start {q(big, 'first_us', 0):.1f} / {fb:.1f} / {q(big, 'first_us', 2):.1f} us "
-      f"(some jobs lose a processor for 0.1-0.3 ms in the middle: this machine's host)")
+      f"(a job whose process loses its processor mid-way lands in the upper quartile)")
 aw, sv, ap = med(enl, "ack_wait_us"), med(enl, "serve_us"), med(enl, "ack_post_us")
 pv, tf = med(enl, "provision_us"), med(enl, "to_first_send_us")
 print("the enlargement's steps (msg.Stats().LastEnlargement; medians):")
