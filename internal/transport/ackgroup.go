@@ -77,15 +77,15 @@ const crossFlushAge = int64(5 * time.Microsecond)
 // every poll took their cache lines from the processors serving them (in a process with
 // two devices bouncing messages, about 0.3 us of each one-way latency).
 func (g *AckGroup) flushOthers(d *queue) {
+	m := g.members.Load()
+	if m == nil || len(*m) < 2 {
+		return // d is alone (one device of one queue, as in a process per rank): not even the clock
+	}
 	now := d.d.now()
 	if now < d.crossAt {
 		return
 	}
 	d.crossAt = now + crossFlushAge
-	m := g.members.Load()
-	if m == nil {
-		return
-	}
 	for _, o := range *m {
 		if o != d && o.holdingAcks.Load() && o.rxMu.TryLock() {
 			o.flushDeferredOlder(crossFlushAge, true)
