@@ -66,8 +66,16 @@ type received struct {
 // batch of 8 buffers of bufSize bytes.
 func recvAll(t *testing.T, c *Conn, want, bufSize int) received {
 	t.Helper()
-	rb := c.NewRecvBatch(8, bufSize)
+	return recvWith(t, c, c.NewRecvBatch(8, bufSize), want)
+}
+
+// recvWith is recvAll into the batch rb (which earlier receives may have used). If the
+// datagrams do not all come within testutil.WaitLimit, c is closed and the test fails.
+func recvWith(t *testing.T, c *Conn, rb *RecvBatch, want int) received {
+	t.Helper()
 	var r received
+	guard := time.AfterFunc(testutil.WaitLimit, func() { c.Close() })
+	defer guard.Stop()
 	err := c.Serve(func() bool {
 		for {
 			n, err := c.Poll(rb)
@@ -101,7 +109,7 @@ func recvAll(t *testing.T, c *Conn, want, bufSize int) received {
 		}
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v after %d of %d datagrams", err, len(r.data), want)
 	}
 	return r
 }
@@ -234,6 +242,48 @@ func TestRecvBatchFills(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d rounds, never more than one datagram per Poll", round)
 			}
+		}
+	})
+}
+
+// A batch's headers are restored after each receive that wrote them, and only those are
+// touched: a slot that took a lone datagram (the kernel wrote its control length back as
+// 0) takes a coalesced GRO datagram next and still gets the segment size, and a slot
+// that nothing was received into keeps working.
+func TestRecvHeadersRestored(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		a, b := pair(t, Config{portable: portable})
+		dst, _ := a.MakeAddr(b.LocalAddr())
+		rb := b.NewRecvBatch(8, 2048)
+		sb := NewSendBatch(16, 16, 4096)
+		send := func(sizes ...int) [][]byte {
+			var want [][]byte
+			for i, n := range sizes {
+				d := bytes.Repeat([]byte{byte(len(want) + i + 1)}, n)
+				want = append(want, d)
+				sb.Begin(&dst)
+				sb.Add(d)
+				sb.End()
+			}
+			if err := a.Send(sb); err != nil {
+				t.Fatal(err)
+			}
+			return want
+		}
+		for round, sizes := range [][]int{{100}, {1000, 1000, 1000, 1000}, {100}, {1000, 1000, 300}} {
+			want := send(sizes...)
+			got := recvWith(t, b, rb, len(want))
+			if len(got.data) != len(want) {
+				t.Fatalf("round %d: %d datagrams, want %d (a GRO datagram without its segment size?)", round, len(got.data), len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(got.data[i], want[i]) || got.from[i] != a.LocalAddr() {
+					t.Fatalf("round %d: datagram %d (%d bytes from %v) differs", round, i, len(got.data[i]), got.from[i])
+				}
+			}
+		}
+		if n, err := b.Poll(rb); n != 0 || err != nil {
+			t.Errorf("Poll with nothing queued: %d, %v", n, err)
 		}
 	})
 }

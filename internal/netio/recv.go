@@ -19,6 +19,10 @@ type RecvBatch struct {
 	cmsg  []byte
 	n     int
 	v6    bool
+	// dirty is how many headers from the first the last receive wrote (received
+	// datagrams' lengths, flags, address and control lengths): RecvFD restores those
+	// before the next call, and only those (an empty poll writes none).
+	dirty int
 }
 
 const cmsgSlot = 64 // room for one UDP_GRO control message (and slack)
@@ -36,6 +40,7 @@ func (c *Conn) NewRecvBatch(n, bufSize int) *RecvBatch {
 		names: make([]unix.RawSockaddrInet6, n),
 		cmsg:  make([]byte, n*cmsgSlot),
 		v6:    c.v6,
+		dirty: n, // the first RecvFD sets every header up
 	}
 	mem := make([]byte, n*bufSize)
 	// The kernel writes received datagrams here: a page it writes for the first time costs
@@ -114,7 +119,7 @@ func (b *RecvBatch) recvEach(fd int) (int, error) {
 		b.setSender(n, from)
 		n++
 	}
-	b.n = n
+	b.n, b.dirty = n, max(b.dirty, n)
 	return n, nil
 }
 
