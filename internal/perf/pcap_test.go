@@ -29,6 +29,9 @@ func TestSuiteCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, test := range Tests {
+		if raceSkips(test) {
+			continue
+		}
 		c := Config{Test: test, Iters: 50, Capture: capture}
 		if test == "write_bw" || test == "read_bw" {
 			c.Size = 256 << 10 // several packets per message: GSO batches
