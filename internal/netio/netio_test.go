@@ -259,7 +259,7 @@ func TestRecvHeadersRestored(t *testing.T) {
 		send := func(sizes ...int) [][]byte {
 			var want [][]byte
 			for i, n := range sizes {
-				d := bytes.Repeat([]byte{byte(len(want) + i + 1)}, n)
+				d := bytes.Repeat([]byte{byte(i + 1)}, n)
 				want = append(want, d)
 				sb.Begin(&dst)
 				sb.Add(d)
