@@ -119,7 +119,7 @@ func (b *RecvBatch) recvEach(fd int) (int, error) {
 		b.setSender(n, from)
 		n++
 	}
-	b.n, b.dirty = n, max(b.dirty, n)
+	b.n = n
 	return n, nil
 }
 
