@@ -18,8 +18,10 @@ import (
 // into a RoCEv2 packet (with a correct ICRC unless the record asks otherwise) and fed to
 // Device.input the way processBatch does. The targets are FuzzReceivePath,
 // FuzzRequesterResponses, FuzzWeakReceivePath and FuzzWeakRequesterResponses (one file
-// each); the packet records are read by buildPacket and buildWeakPacket
-// (fuzzpackets_test.go, fuzzweakpackets_test.go), the checks are in fuzzchecks_test.go.
+// each), on the fixture they share, fuzzRig (fuzzrig_test.go), with its receive-path and
+// requester variants (responderRig, requesterRig); the packet records are read by
+// buildPacket and buildWeakPacket (fuzzpackets_test.go, fuzzweakpackets_test.go), the
+// checks are in fuzzchecks_test.go.
 // Seed corpora are in testdata/fuzz/<FuzzName>/; TestWriteFuzzSeeds (fuzzseeds_test.go,
 // fuzzweakseeds_test.go) regenerates them when SOFTRNIC_WRITE_FUZZ_SEEDS=1.
 

@@ -3,8 +3,6 @@ package transport
 import (
 	"bytes"
 	"fmt"
-	"net/netip"
-	"sync/atomic"
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/tpt"
@@ -84,17 +82,9 @@ func requesterWRs(src, dst *tpt.Region, mask uint8, fence bool) ([]SendWR, []spa
 //	h2  bits 0-4: 16 - max_rd_atomic (clamped); bit 5 fence the CmpSwap and second READ
 //	SQ PSN (u24)
 func FuzzRequesterResponses(f *testing.F) {
-	g := newGuarded(txTotal)
-	src := g.fill(txSrcOff, txSrcLen, func(i int) byte { return byte(i*7 + 1) })
-	dst := g.fill(txDstOff, txDstLen, func(i int) byte { return 0xD0 ^ byte(i%53) })
-
-	// Requests go to the peer QP, carry data of the source region and address the remote
-	// range of their work request.
-	var peerQPN atomic.Uint32
-	mon := &txMonitor{check: func(p *wire.Packet) string {
-		if p.BTH.DestQP != peerQPN.Load() {
-			return fmt.Sprintf("to QP %#x, not the peer QP %#x", p.BTH.DestQP, peerQPN.Load())
-		}
+	// Requests carry data of the source region and address the remote range of their work
+	// request.
+	x := newRequesterRig(f, Ordered, Config{ReadChunk: 2}, func(p *wire.Packet, src []byte) string {
 		if len(p.Payload) > 0 && !bytes.Contains(src, p.Payload) {
 			return fmt.Sprintf("%v payload of %d bytes is not from the source buffer", p.BTH.Opcode, len(p.Payload))
 		}
@@ -104,93 +94,114 @@ func FuzzRequesterResponses(f *testing.F) {
 		} else if !p.Info.Has(wire.HasRETH) {
 			return ""
 		}
-		i := (va - requesterRemoteBase) / 0x1000
-		if va < requesterRemoteBase || i >= uint64(len(requesterRemoteLen)) {
-			return fmt.Sprintf("%v to remote address %#x, no work request's", p.BTH.Opcode, va)
+		i, base, msg := requesterRemoteRange(p, va)
+		if msg != "" {
+			return msg
 		}
-		base := requesterRemoteBase + i*0x1000
 		if va+n > base+requesterRemoteLen[i] || !p.Info.Has(wire.IsRead) && va != base {
 			return fmt.Sprintf("%v [%#x, +%d) outside work request %d's remote range [%#x, +%d)", p.BTH.Opcode, va, n, i, base, requesterRemoteLen[i])
 		}
 		return ""
-	}}
-	a := openSide(f, "127.0.0.1", Config{FaultFilter: mon.filter, ReadChunk: 2})
-	b := openSide(f, "127.0.0.2", Config{})
-	peerQPN.Store(b.qp.QPN())
-	mon.flow.Store(&wire.Flow{Src: a.d.LocalAddr().Addr(), Dst: b.d.LocalAddr().Addr(), SrcPort: a.d.LocalAddr().Port(), DstPort: b.d.LocalAddr().Port(), DF: true})
-	msrc, err := a.d.MRs().Register(1, src, iova(src), 0) // local read only
-	must(f, err)
-	mdst, err := a.d.MRs().Register(1, dst, iova(dst), tpt.LocalWrite)
-	must(f, err)
-	live := newLiveness(f, mon, a.d, b.d, Ordered)
-	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
-	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), bAddr.Port())
-
+	})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		defer watchdog(data).Stop()
-		live.tick(t)
-		g.reset()
-		_ = mon.take()
-
+		defer x.start(t, data).Stop()
 		r := &fuzzReader{b: data}
 		h0, h1, h2 := r.u8(), r.u8(), r.u8()
-		sqpsn := r.u24()
-		mtu := [4]uint8{wire.MTU256, wire.MTU512, wire.MTU1024, wire.MTU256}[h0&3]
-		maxRd := 16 - min(int(h2&0x1F), 16)
-
-		cq := a.d.NewCQ(128)
-		qp, err := a.d.CreateQP(QPConfig{PD: 1, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2})
-		must(t, err)
-		defer qp.Destroy()
-		must(t, qp.Modify(&Attr{State: StateInit, Port: 1, Access: tpt.LocalWrite | tpt.RemoteWrite | tpt.RemoteRead | tpt.RemoteAtomic},
-			MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
-		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: b.qp.QPN(), RQPSN: 0, MaxDestRdAtomic: 4, MinRNRTimer: 1,
-			Peer: bAddr}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer, lim))
-		// Timeout 0: no local ACK timer, so nothing is retransmitted behind the fuzzer's back.
-		must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: wire.PSN(sqpsn), Timeout: 0, RetryCnt: 7 - h0>>2&7, RNRRetry: 7 - h0>>5, MaxRdAtomic: uint8(maxRd)},
-			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
-		wrs, allowed := requesterWRs(msrc, mdst, h1, h2&0x20 != 0)
-		if _, err := qp.PostSend(wrs); err != nil {
-			t.Fatal(err)
-		}
-
-		env := &pktEnv{
-			ops:     fuzzRespOps,
-			destQP:  qp.QPN(),
-			mtu:     wire.MTUBytes(mtu),
-			regions: [4]fuzzRegion{regionOf(mdst), regionOf(msrc), regionOf(mdst), regionOf(msrc)},
-			good:    wire.Flow{Src: bAddr.Addr(), Dst: aAddr.Addr(), SrcPort: bAddr.Port(), DstPort: aAddr.Port(), DF: true},
-			bad:     wire.Flow{Src: badAddr.Addr(), Dst: aAddr.Addr(), SrcPort: badAddr.Port(), DstPort: aAddr.Port(), DF: true},
-		}
-		for n := 0; n < maxFuzzPackets && !r.empty(); n++ {
-			qp.mu.Lock()
-			env.psnBase = qp.req.una
-			qp.mu.Unlock()
-			pkt, fromBad, flush := buildPacket(r, env)
-			from := bAddr
-			if fromBad {
-				from = badAddr
-			}
-			g.snapshot()
-			if feed(a.d, qp, pkt, from, flush) {
-				if err := g.changedSince(); err != nil {
-					t.Fatalf("packet %d (%x) was refused but changed memory: %v", n, pkt, err)
-				}
-			}
-			if err := requesterConsistent(qp); err != nil {
-				t.Fatalf("after packet %d (%x): %v", n, pkt, err)
-			}
-		}
-		finish(a.d)
-		if testing.Verbose() {
-			logOutcome(t, qp, cq)
-		}
-
-		if err := g.check(allowed); err != nil {
-			t.Fatalf("requester memory: %v", err)
-		}
-		if e := mon.take(); e != "" {
-			t.Fatalf("requester: %s", e)
-		}
+		c := x.newCase(t, h0, h1, h2, r.u24(), Ordered, 0, fuzzRespOps)
+		defer c.qp.Destroy()
+		env := &c.env
+		x.feedInput(t, r, c.qp, qpFeeder{
+			next: func(r *fuzzReader) ([]byte, bool, bool) {
+				c.qp.mu.Lock()
+				env.psnBase = c.qp.req.una
+				c.qp.mu.Unlock()
+				return buildPacket(r, env)
+			},
+			feed:       feed,
+			consistent: requesterConsistent,
+		})
+		x.end(t, c.qp, c.cq, c.allowed, "requester", inputEnd{})
 	})
+}
+
+// requesterRemoteRange finds the work request whose remote range holds va (see
+// requesterWRs): its index and base address, or a failure if none does.
+func requesterRemoteRange(p *wire.Packet, va uint64) (i, base uint64, msg string) {
+	i = (va - requesterRemoteBase) / 0x1000
+	if va < requesterRemoteBase || i >= uint64(len(requesterRemoteLen)) {
+		return 0, 0, fmt.Sprintf("%v to remote address %#x, no work request's", p.BTH.Opcode, va)
+	}
+	return i, requesterRemoteBase + i*0x1000, ""
+}
+
+// requesterRig is the requester targets' fixture: a fuzzRig whose device under test sends
+// requests to the peer, with a source region (local read only: SEND and WRITE data) and a
+// destination region (local write: READ and atomic results) of guarded memory registered.
+type requesterRig struct {
+	*fuzzRig
+	src        []byte
+	msrc, mdst *tpt.Region
+}
+
+// newRequesterRig sets up the fixture for QPs in mode on a device configured by cfg;
+// every packet the device sends must pass check (src: the source region's bytes).
+func newRequesterRig(f *testing.F, mode Ordering, cfg Config, check func(p *wire.Packet, src []byte) string) *requesterRig {
+	g := newGuarded(txTotal)
+	x := &requesterRig{src: g.fill(txSrcOff, txSrcLen, func(i int) byte { return byte(i*7 + 1) })}
+	dst := g.fill(txDstOff, txDstLen, func(i int) byte { return 0xD0 ^ byte(i%53) })
+	x.fuzzRig = newFuzzRig(f, g, mode, true, cfg, func(p *wire.Packet) string { return check(p, x.src) })
+	var err error
+	x.msrc, err = x.dut.d.MRs().Register(1, x.src, iova(x.src), 0) // local read only
+	must(f, err)
+	x.mdst, err = x.dut.d.MRs().Register(1, dst, iova(dst), tpt.LocalWrite)
+	must(f, err)
+	return x
+}
+
+// txCase is one execution's requester: its QP and CQ, what packets to it are built from,
+// and the spans of guarded memory it may change.
+type txCase struct {
+	qp      *QP
+	cq      *CQ
+	env     pktEnv
+	allowed []span
+}
+
+// newCase creates the requester QP an input's header describes (h0, h1, h2 and the SQ
+// PSN: see FuzzRequesterResponses) in mode (maxHole: a weak QP's largest hole), posts its
+// work requests, and describes it to the packet builder (ops: its opcode table). The
+// caller destroys the QP.
+func (x *requesterRig) newCase(t *testing.T, h0, h1, h2 byte, sqpsn uint32, mode Ordering, maxHole uint32, ops []wire.Opcode) *txCase {
+	mtu := [4]uint8{wire.MTU256, wire.MTU512, wire.MTU1024, wire.MTU256}[h0&3]
+	maxRd := 16 - min(int(h2&0x1F), 16)
+
+	d, peer := x.dut.d, x.peer
+	cq := d.NewCQ(128)
+	qp, err := d.CreateQP(QPConfig{PD: 1, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2})
+	must(t, err)
+	must(t, qp.Modify(&Attr{State: StateInit, Port: 1, Access: tpt.LocalWrite | tpt.RemoteWrite | tpt.RemoteRead | tpt.RemoteAtomic},
+		MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
+	rtr := Attr{State: StateRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(), RQPSN: 0, MaxDestRdAtomic: 4, MinRNRTimer: 1, Peer: peer.d.LocalAddr()}
+	mask := MaskState | MaskAV | MaskPathMTU | MaskDestQPN | MaskRQPSN | MaskMaxDestRdAtomic | MaskMinRNRTimer
+	if mode == Weak {
+		rtr.Ordering, rtr.MaxHole = Weak, maxHole
+		mask |= MaskOrdering
+	}
+	must(t, qp.Modify(&rtr, mask, lim))
+	// Timeout 0: no local ACK timer, so nothing is retransmitted behind the fuzzer's back.
+	must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: wire.PSN(sqpsn), Timeout: 0, RetryCnt: 7 - h0>>2&7, RNRRetry: 7 - h0>>5, MaxRdAtomic: uint8(maxRd)},
+		MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
+	wrs, allowed := requesterWRs(x.msrc, x.mdst, h1, h2&0x20 != 0)
+	if _, err := qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	good, bad := x.flows()
+	return &txCase{qp: qp, cq: cq, allowed: allowed, env: pktEnv{
+		ops:     ops,
+		destQP:  qp.QPN(),
+		mtu:     wire.MTUBytes(mtu),
+		regions: [4]fuzzRegion{regionOf(x.mdst), regionOf(x.msrc), regionOf(x.mdst), regionOf(x.msrc)},
+		good:    good,
+		bad:     bad,
+	}}
 }

@@ -1,13 +1,8 @@
 package transport
 
 import (
-	"bytes"
-	"fmt"
-	"net/netip"
-	"sync/atomic"
 	"testing"
 
-	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -32,153 +27,36 @@ import (
 //	h2  bits 0-1 max hole (64, 128, 256, default)
 //	RQ PSN (u24)
 func FuzzWeakReceivePath(f *testing.F) {
-	g := newGuarded(rxTotal)
-	rw := g.fill(rxRWOff, rxRWLen, func(int) byte { return 0 })
-	ro := g.fill(rxROOff, rxROLen, func(i int) byte { return 0x40 + byte(i%61) })
-	other := g.fill(rxPDOff, rxPDLen, func(i int) byte { return 0xC0 ^ byte(i%59) })
-	rq := g.fill(rxRQOff, rxRQLen, func(i int) byte { return 0x80 | byte(i%37) })
-
-	var peerQPN atomic.Uint32
-	mon := &txMonitor{check: func(p *wire.Packet) string {
-		if p.BTH.DestQP != peerQPN.Load() {
-			return fmt.Sprintf("to QP %#x, not the peer QP %#x", p.BTH.DestQP, peerQPN.Load())
-		}
-		switch {
-		case p.BTH.Opcode == wire.OpWeakAck:
+	x := newResponderRig(f, Weak, func(p *wire.Packet) string {
+		switch p.BTH.Opcode {
+		case wire.OpWeakAck:
 			return checkSACK(p)
-		case p.BTH.Opcode == wire.OpAcknowledge:
+		case wire.OpAcknowledge:
 			return "a weak QP sent an ordered-mode ACK"
-		case p.Info.Has(wire.IsResponse|wire.IsRead) && len(p.Payload) > 0 && !bytes.Contains(rw, p.Payload) && !bytes.Contains(ro, p.Payload):
-			return fmt.Sprintf("%v PSN %#x carries %d bytes found in no readable region: %x",
-				p.BTH.Opcode, p.BTH.PSN, len(p.Payload), p.Payload[:min(64, len(p.Payload))])
 		}
 		return ""
-	}}
-	a := openSide(f, "127.0.0.1", Config{})
-	b := openSide(f, "127.0.0.2", Config{FaultFilter: mon.filter})
-	peerQPN.Store(a.qp.QPN())
-	mon.flow.Store(&wire.Flow{Src: b.d.LocalAddr().Addr(), Dst: a.d.LocalAddr().Addr(), SrcPort: b.d.LocalAddr().Port(), DstPort: a.d.LocalAddr().Port(), DF: true})
-	mrw := reg(f, b.d, rw)
-	mro, err := b.d.MRs().Register(1, ro, iova(ro), tpt.RemoteRead)
-	must(f, err)
-	mpd, err := b.d.MRs().Register(2, other, iova(other), tpt.LocalWrite|tpt.RemoteWrite|tpt.RemoteRead|tpt.RemoteAtomic)
-	must(f, err)
-	mrq, err := b.d.MRs().Register(1, rq, iova(rq), tpt.LocalWrite)
-	must(f, err)
-	live := newLiveness(f, mon, a.d, b.d, Weak)
-	aAddr, bAddr := a.d.LocalAddr(), b.d.LocalAddr()
-	badAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), aAddr.Port())
-
+	})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		defer watchdog(data).Stop()
-		live.tick(t)
-		g.reset()
-		_ = mon.take()
-
+		defer x.start(t, data).Stop()
 		r := &fuzzReader{b: data}
 		h0, h1, h2 := r.u8(), r.u8(), r.u8()
-		rqpsn := r.u24()
-		mtu := [4]uint8{wire.MTU256, wire.MTU512, wire.MTU1024, wire.MTU256}[h0&3]
-		access := tpt.LocalWrite | tpt.RemoteWrite | tpt.RemoteRead | tpt.RemoteAtomic
-		if h0&0x04 != 0 {
-			access &^= tpt.RemoteWrite
-		}
-		if h0&0x08 != 0 {
-			access &^= tpt.RemoteRead
-		}
-		if h0&0x10 != 0 {
-			access &^= tpt.RemoteAtomic
-		}
-		nrecv := 3 - int(h0>>6)
-		maxDest := 16 - min(int(h1&0x1F), 16)
-
-		cq := b.d.NewCQ(128)
-		cfg := QPConfig{PD: 1, SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}
-		if h1&0x80 != 0 {
-			cfg.SRQ = b.d.NewRecvQueue(1, 8, 2, true)
-		}
-		qp, err := b.d.CreateQP(cfg)
-		must(t, err)
-		defer qp.Destroy()
-		must(t, qp.Modify(&Attr{State: StateInit, Port: 1, Access: access}, MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
-		must(t, qp.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: a.qp.QPN(), RQPSN: wire.PSN(rqpsn), MaxDestRdAtomic: uint8(maxDest),
-			MinRNRTimer: 1, Peer: aAddr, Ordering: Weak, MaxHole: weakMaxHole(h2)},
-			MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer|MaskOrdering, lim))
-		if h0&0x20 == 0 {
-			must(t, qp.Modify(&Attr{State: StateRTS, SQPSN: 0, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-				MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
-		}
-		// Receive WQEs: 512-byte slots of the receive region, one or two SGEs each.
-		allowed := []span{{rxRWOff, rxRWLen}}
-		for i := 0; i < nrecv; i++ {
-			base := mrq.IOVA() + uint64(i*512)
-			sg := []SGE{{Addr: base, Length: 400, LKey: mrq.Key()}}
-			if h1&0x40 != 0 {
-				sg = []SGE{{Addr: base, Length: 200, LKey: mrq.Key()}, {Addr: base + 256, Length: 200, LKey: mrq.Key()}}
-			}
-			if i == 0 && h1&0x20 != 0 {
-				sg[0] = SGE{Addr: mro.IOVA(), Length: 100, LKey: mro.Key()} // no local write: protection error
-			}
-			for _, s := range sg {
-				if s.LKey == mrq.Key() {
-					allowed = append(allowed, span{rxRQOff + int(s.Addr-mrq.IOVA()), int(s.Length)})
-				}
-			}
-			wr := []RecvWR{{WRID: uint64(i), SG: sg}}
-			if cfg.SRQ != nil {
-				must(t, cfg.SRQ.post(&wr[0]))
-			} else {
-				_, err := qp.PostRecv(wr)
-				must(t, err)
-			}
-		}
-
-		env := &weakEnv{pktEnv: pktEnv{
-			ops:     fuzzWeakReqOps,
-			destQP:  qp.QPN(),
-			mtu:     wire.MTUBytes(mtu),
-			regions: [4]fuzzRegion{regionOf(mrw), regionOf(mro), regionOf(mpd), regionOf(mrq)},
-			good:    wire.Flow{Src: aAddr.Addr(), Dst: bAddr.Addr(), SrcPort: aAddr.Port(), DstPort: bAddr.Port(), DF: true},
-			bad:     wire.Flow{Src: badAddr.Addr(), Dst: bAddr.Addr(), SrcPort: badAddr.Port(), DstPort: bAddr.Port(), DF: true},
-		}}
-		for n := 0; n < maxFuzzPackets && !r.empty(); n++ {
-			qp.mu.Lock()
-			env.psnBase = qp.weak.arrived.Base()
-			qp.mu.Unlock()
-			pkt, fromBad, flush := buildWeakPacket(r, env)
-			from := aAddr
-			if fromBad {
-				from = badAddr
-			}
-			g.snapshot()
-			if weakFeed(b.d, qp, pkt, from, flush) {
-				if err := g.changedSince(); err != nil {
-					t.Fatalf("packet %d (%x) was refused but changed memory: %v", n, pkt, err)
-				}
-			}
-			if err := weakConsistent(qp); err != nil {
-				t.Fatalf("after packet %d (%x): %v", n, pkt, err)
-			}
-		}
-		finish(b.d)
+		c := x.newCase(t, h0, h1, r.u24(), Weak, weakMaxHole(h2), fuzzWeakReqOps)
+		defer c.qp.Destroy()
+		env := &weakEnv{pktEnv: c.env}
+		x.feedInput(t, r, c.qp, qpFeeder{
+			next: func(r *fuzzReader) ([]byte, bool, bool) {
+				c.qp.mu.Lock()
+				env.psnBase = c.qp.weak.arrived.Base()
+				c.qp.mu.Unlock()
+				return buildWeakPacket(r, env)
+			},
+			feed:       weakFeed,
+			consistent: weakConsistent,
+		})
 		// Receive WQEs of the QP's own queue complete in posting order. A message takes a
 		// WQE of a shared receive queue when its first packet arrives (other QPs take
 		// them too), so with an SRQ they complete in message order, each once, but not
 		// necessarily in posting order.
-		if err := cqInOrder(t, cq, cfg.SRQ == nil); err != nil {
-			t.Fatalf("receive completions: %v", err)
-		}
-		if testing.Verbose() {
-			logOutcome(t, qp, cq)
-		}
-		if err := weakConsistent(qp); err != nil {
-			t.Fatalf("after the last packet: %v", err)
-		}
-		if err := g.check(allowed); err != nil {
-			t.Fatalf("responder memory: %v", err)
-		}
-		if e := mon.take(); e != "" {
-			t.Fatalf("responder: %s", e)
-		}
+		x.end(t, c.qp, c.cq, c.allowed, "responder", inputEnd{completions: "receive completions", inOrder: !c.srq, consistent: weakConsistent})
 	})
 }
