@@ -1,7 +1,9 @@
 package verbs_test
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -115,65 +117,49 @@ func TestCounters(t *testing.T) {
 // (a repeated request is answered from the responder's resources), every completion is
 // successful and in order, and the counters show what happened.
 func TestPacketLoss(t *testing.T) {
-	const psnA, n = 0x100, 20 << 10 // the first WR uses PSNs 0x100..0x113 at MTU 1024
-	type kind int
-	const (
-		send kind = iota
-		sendOnly
-		write
-		read
-		fetchAdd
-	)
-	cases := []struct {
-		name   string
-		op     kind
-		onB    bool // the filter is on the responder's device (responses, ACKs)
-		opcode wire.Opcode
-		psn    uint32
-		act    netio.Action
-		check  func(k pktCounters) error
-	}{
-		{"WRITE middle lost", write, false, wire.OpWriteMiddle, psnA + 4, netio.Drop, func(k pktCounters) error {
+	const psnA = faultPSN
+	cases := []faultCase{
+		{"WRITE middle lost", faultWrite, false, wire.OpWriteMiddle, psnA + 4, netio.Drop, func(k pktCounters) error {
 			if k.qpA.Retransmits == 0 || k.qpA.NAKsReceived == 0 || k.qpB.OutOfSequence == 0 || k.qpB.NAKsSent == 0 || k.devA.FaultsLost != 1 {
 				return fmt.Errorf("want a sequence NAK, retransmissions and one lost packet")
 			}
 			return nil
 		}},
-		{"SEND first lost", send, false, wire.OpSendFirst, psnA, netio.Drop, wantRetransmits},
-		{"SEND last lost", send, false, wire.OpSendLast, psnA + 19, netio.Drop, wantTimeout},
-		{"SEND only lost", sendOnly, false, wire.OpSendOnly, psnA, netio.Drop, wantTimeout},
-		{"WRITE first lost", write, false, wire.OpWriteFirst, psnA, netio.Drop, wantRetransmits},
-		{"WRITE last lost", write, false, wire.OpWriteLast, psnA + 19, netio.Drop, wantTimeout},
-		{"READ request lost", read, false, wire.OpReadRequest, psnA, netio.Drop, wantTimeout},
-		{"atomic request lost", fetchAdd, false, wire.OpFetchAdd, psnA, netio.Drop, wantTimeout},
+		{"SEND first lost", faultSend, false, wire.OpSendFirst, psnA, netio.Drop, wantRetransmits},
+		{"SEND last lost", faultSend, false, wire.OpSendLast, psnA + 19, netio.Drop, wantTimeout},
+		{"SEND only lost", faultSendOnly, false, wire.OpSendOnly, psnA, netio.Drop, wantTimeout},
+		{"WRITE first lost", faultWrite, false, wire.OpWriteFirst, psnA, netio.Drop, wantRetransmits},
+		{"WRITE last lost", faultWrite, false, wire.OpWriteLast, psnA + 19, netio.Drop, wantTimeout},
+		{"READ request lost", faultRead, false, wire.OpReadRequest, psnA, netio.Drop, wantTimeout},
+		{"atomic request lost", faultFetchAdd, false, wire.OpFetchAdd, psnA, netio.Drop, wantTimeout},
 		// Whether a timeout is needed depends on whether the responder acknowledges again.
-		{"ACK lost", write, true, wire.OpAcknowledge, anyPSN, netio.Drop, nil},
-		{"READ response first lost", read, true, wire.OpReadResponseFirst, psnA, netio.Drop, wantRetransmits},
-		{"READ response middle lost", read, true, wire.OpReadResponseMiddle, psnA + 7, netio.Drop, wantRetransmits},
-		{"READ response last lost", read, true, wire.OpReadResponseLast, psnA + 19, netio.Drop, wantTimeout},
-		{"atomic response lost", fetchAdd, true, wire.OpAtomicAcknowledge, psnA, netio.Drop, func(k pktCounters) error {
+		{"ACK lost", faultWrite, true, wire.OpAcknowledge, anyPSN, netio.Drop, nil},
+		{"READ response first lost", faultRead, true, wire.OpReadResponseFirst, psnA, netio.Drop, wantRetransmits},
+		{"READ response middle lost", faultRead, true, wire.OpReadResponseMiddle, psnA + 7, netio.Drop, wantRetransmits},
+		{"READ response last lost", faultRead, true, wire.OpReadResponseLast, psnA + 19, netio.Drop, wantTimeout},
+		{"atomic response lost", faultFetchAdd, true, wire.OpAtomicAcknowledge, psnA, netio.Drop, func(k pktCounters) error {
 			if k.qpA.Timeouts == 0 || k.qpB.Duplicates == 0 {
 				return fmt.Errorf("want a timeout and a duplicate atomic at the responder")
 			}
 			return nil
 		}},
-		{"SEND only duplicated", sendOnly, false, wire.OpSendOnly, psnA, netio.Duplicate, wantDuplicate},
-		{"SEND middle duplicated", send, false, wire.OpSendMiddle, psnA + 5, netio.Duplicate, wantDuplicate},
-		{"WRITE last duplicated", write, false, wire.OpWriteLast, psnA + 19, netio.Duplicate, wantDuplicate},
-		{"READ request duplicated", read, false, wire.OpReadRequest, psnA, netio.Duplicate, wantDuplicate},
-		{"atomic request duplicated", fetchAdd, false, wire.OpFetchAdd, psnA, netio.Duplicate, wantDuplicate},
-		{"READ response duplicated", read, true, wire.OpReadResponseMiddle, psnA + 3, netio.Duplicate, func(k pktCounters) error {
+		{"SEND only duplicated", faultSendOnly, false, wire.OpSendOnly, psnA, netio.Duplicate, wantDuplicate},
+		{"SEND middle duplicated", faultSend, false, wire.OpSendMiddle, psnA + 5, netio.Duplicate, wantDuplicate},
+		{"WRITE last duplicated", faultWrite, false, wire.OpWriteLast, psnA + 19, netio.Duplicate, wantDuplicate},
+		{"READ request duplicated", faultRead, false, wire.OpReadRequest, psnA, netio.Duplicate, wantDuplicate},
+		{"atomic request duplicated", faultFetchAdd, false, wire.OpFetchAdd, psnA, netio.Duplicate, wantDuplicate},
+		{"READ response duplicated", faultRead, true, wire.OpReadResponseMiddle, psnA + 3, netio.Duplicate, func(k pktCounters) error {
 			if k.qpA.Duplicates == 0 {
 				return fmt.Errorf("want a duplicate response at the requester")
 			}
 			return nil
 		}},
-		{"SEND middle delayed", send, false, wire.OpSendMiddle, psnA + 2, netio.Delay, wantRetransmits},
-		{"WRITE middle delayed", write, false, wire.OpWriteMiddle, psnA + 10, netio.Delay, wantRetransmits},
-		{"READ response middle delayed", read, true, wire.OpReadResponseMiddle, psnA + 10, netio.Delay, wantRetransmits},
+		{"SEND middle delayed", faultSend, false, wire.OpSendMiddle, psnA + 2, netio.Delay, wantRetransmits},
+		{"WRITE middle delayed", faultWrite, false, wire.OpWriteMiddle, psnA + 10, netio.Delay, wantRetransmits},
+		{"READ response middle delayed", faultRead, true, wire.OpReadResponseMiddle, psnA + 10, netio.Delay, wantRetransmits},
 		// The WRITE's MIDDLE and LAST packets are placed as their ICRC is checked, the
 		// corrupted one too: the retransmission must overwrite what it left.
-		{"WRITE middle corrupted", write, false, wire.OpWriteMiddle, psnA + 6, netio.Corrupt, func(k pktCounters) error {
+		{"WRITE middle corrupted", faultWrite, false, wire.OpWriteMiddle, psnA + 6, netio.Corrupt, func(k pktCounters) error {
 			if k.devB.ICRCErrors == 0 || k.qpA.Retransmits == 0 {
 				return fmt.Errorf("want an ICRC error at the responder's device and retransmissions")
 			}
@@ -182,7 +168,7 @@ func TestPacketLoss(t *testing.T) {
 			}
 			return nil
 		}},
-		{"SEND only corrupted", sendOnly, false, wire.OpSendOnly, psnA, netio.Corrupt, func(k pktCounters) error {
+		{"SEND only corrupted", faultSendOnly, false, wire.OpSendOnly, psnA, netio.Corrupt, func(k pktCounters) error {
 			if k.devB.ICRCErrors == 0 || k.qpA.Timeouts == 0 {
 				return fmt.Errorf("want an ICRC error at the responder's device and a timeout")
 			}
@@ -190,89 +176,131 @@ func TestPacketLoss(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var hits atomic.Int32
-			f := packetFilter(c.opcode, c.psn, c.act, &hits)
-			pc := pairConfig{Link: retryLink(), PSNA: psnA, PSNB: 0x900}
-			if c.onB {
-				pc.DevB = verbs.WithFilter(pc.DevB, f)
-			} else {
-				pc.DevA = verbs.WithFilter(pc.DevA, f)
-			}
-			a, b := newPair(t, pc)
-			src := mustReg(t, a.pd, pattern(n, 101), verbs.AccessLocalWrite)
-			back := mustReg(t, a.pd, make([]byte, n), verbs.AccessLocalWrite)
-			dst := mustReg(t, b.pd, pattern(n, 102), allAccess)
-			dst2 := mustReg(t, b.pd, make([]byte, n), verbs.AccessLocalWrite)
-			remoteOrig := pattern(n, 102)
-			ctr := atomicTarget(t, b, 41)
-			mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst2, 0, n)}, verbs.RecvWR{WRID: 2, SGList: sge(dst2, 0, n)})
+		t.Run(c.name, func(t *testing.T) { runFaultCase(t, retryLink(), c, 101, nil) })
+	}
+}
 
-			wr := verbs.SendWR{WRID: 10, SendFlags: verbs.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-			wantOp := verbs.WCSend
-			switch c.op {
-			case send:
-				wr.Opcode, wr.SGList = verbs.WRSend, sge(src, 0, n)
-			case sendOnly:
-				wr.Opcode, wr.SGList = verbs.WRSend, sge(src, 0, 100)
-			case write:
-				wr.Opcode, wr.SGList, wantOp = verbs.WRRDMAWrite, sge(src, 0, n), verbs.WCRDMAWrite
-			case read:
-				wr.Opcode, wr.SGList, wantOp = verbs.WRRDMARead, sge(back, 0, n), verbs.WCRDMARead
-			case fetchAdd:
-				wr.Opcode, wr.SGList, wantOp = verbs.WRAtomicFetchAndAdd, sge(back, 0, 8), verbs.WCFetchAdd
-				wr.RemoteAddr, wr.RKey, wr.CompareAdd = ctr.Addr()+16, ctr.RKey(), 1
-			}
-			mustPostSend(t, a.qp, wr)
-			wantSendWC(t, pollOne(t, a.scq), 10, wantOp, a.qp)
-			// A follow-up message (only now, so that its ACK does not cover for a lost one).
-			mustPostSend(t, a.qp, verbs.SendWR{WRID: 11, Opcode: verbs.WRSendWithImm, ImmData: 77, SendFlags: verbs.SendSignaled,
-				SGList: sge(src, 0, 10)})
-			wantSendWC(t, pollOne(t, a.scq), 11, verbs.WCSend, a.qp)
+// faultPSN and faultLen are a fault case's first PSN and message length: its first work
+// request takes PSNs faultPSN..faultPSN+0x13 at MTU 1024.
+const faultPSN, faultLen = 0x100, 20 << 10
 
-			// Every receive WR is consumed once, in order.
-			settle(b.ctx)
-			followUp := uint64(1)
-			switch c.op {
-			case send, sendOnly:
-				size := n
-				if c.op == sendOnly {
-					size = 100
-				}
-				if wc := pollOne(t, b.rcq); wc.WRID != 1 || wc.Status != verbs.WCSuccess || wc.ByteLen != uint32(size) {
-					t.Errorf("receive completion %+v, want WRID 1 with %d bytes", wc, size)
-				}
-				checkBytes(t, "SEND", dst2.Buf()[:size], src.Buf()[:size])
-				followUp = 2
-			case write:
-				checkBytes(t, "WRITE", dst.Buf(), src.Buf())
-			case read:
-				checkBytes(t, "READ", back.Buf(), remoteOrig)
-			case fetchAdd:
-				if got := binary.NativeEndian.Uint64(back.Buf()); got != 41 {
-					t.Errorf("fetch-and-add returned %d, want 41", got)
-				}
-				if got := binary.NativeEndian.Uint64(ctr.Buf()[16:]); got != 42 {
-					t.Errorf("target %d after one fetch-and-add to 41: executed %d times", got, got-41)
-				}
-			}
-			if wc := pollOne(t, b.rcq); wc.WRID != followUp || wc.Status != verbs.WCSuccess || wc.ImmData != 77 {
-				t.Errorf("follow-up receive completion %+v, want WRID %d with immediate 77", wc, followUp)
-			}
-			expectEmpty(t, b.rcq, "responder's receive CQ")
-			expectState(t, a.qp, verbs.StateRTS)
-			expectState(t, b.qp, verbs.StateRTS)
-			if hits.Load() != 1 {
-				t.Fatalf("the filter never matched a %v packet with PSN %#x", c.opcode, c.psn)
-			}
-			if c.check == nil {
-				return
-			}
-			if err := c.check(pktCounters{a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters()}); err != nil {
-				t.Errorf("%v\nrequester QP %+v\nresponder QP %+v\nrequester device %+v\nresponder device %+v", err,
-					a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters())
-			}
-		})
+// faultKind is the operation a fault case runs.
+type faultKind int
+
+const (
+	faultSend     faultKind = iota // a 20-packet SEND
+	faultSendOnly                  // a one-packet SEND
+	faultWrite                     // a 20-packet RDMA WRITE
+	faultRead                      // a 20-packet RDMA READ
+	faultFetchAdd                  // a fetch-and-add
+)
+
+// faultCase is one case of TestPacketLoss and TestWeakPacketLoss: an operation, the
+// packet a filter acts on (the first with this opcode and PSN, or any PSN) and what it does
+// to it, on the requester's device or, if onB, on the responder's (responses, ACKs), and
+// what the counters must show after the repair.
+type faultCase struct {
+	name   string
+	op     faultKind
+	onB    bool
+	opcode wire.Opcode
+	psn    uint32
+	act    netio.Action
+	check  func(k pktCounters) error
+}
+
+// runFaultCase runs c on a fresh pair connected by l: the work request and a follow-up
+// message complete, the data is right (seed: the pattern of the source, seed+1 of the
+// responder's region), the responder's receive WRs are each consumed once, in order, both
+// QPs stay in RTS, the filter matched once and c.check holds (the case is skipped when the
+// check finds the machine too busy to judge). after, if set, checks the pair at the end.
+func runFaultCase(t *testing.T, l link, c faultCase, seed uint64, after func(a, b *side)) {
+	const n = faultLen
+	var hits atomic.Int32
+	f := packetFilter(c.opcode, c.psn, c.act, &hits)
+	pc := pairConfig{Link: l, PSNA: faultPSN, PSNB: 0x900}
+	if c.onB {
+		pc.DevB = verbs.WithFilter(pc.DevB, f)
+	} else {
+		pc.DevA = verbs.WithFilter(pc.DevA, f)
+	}
+	a, b := newPair(t, pc)
+	src := mustReg(t, a.pd, pattern(n, seed), verbs.AccessLocalWrite)
+	back := mustReg(t, a.pd, make([]byte, n), verbs.AccessLocalWrite)
+	remoteOrig := pattern(n, seed+1)
+	dst := mustReg(t, b.pd, bytes.Clone(remoteOrig), allAccess)
+	dst2 := mustReg(t, b.pd, make([]byte, n), verbs.AccessLocalWrite)
+	ctr := atomicTarget(t, b, 41)
+	mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst2, 0, n)}, verbs.RecvWR{WRID: 2, SGList: sge(dst2, 0, n)})
+
+	wr := verbs.SendWR{WRID: 10, SendFlags: verbs.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	wantOp := verbs.WCSend
+	switch c.op {
+	case faultSend:
+		wr.Opcode, wr.SGList = verbs.WRSend, sge(src, 0, n)
+	case faultSendOnly:
+		wr.Opcode, wr.SGList = verbs.WRSend, sge(src, 0, 100)
+	case faultWrite:
+		wr.Opcode, wr.SGList, wantOp = verbs.WRRDMAWrite, sge(src, 0, n), verbs.WCRDMAWrite
+	case faultRead:
+		wr.Opcode, wr.SGList, wantOp = verbs.WRRDMARead, sge(back, 0, n), verbs.WCRDMARead
+	case faultFetchAdd:
+		wr.Opcode, wr.SGList, wantOp = verbs.WRAtomicFetchAndAdd, sge(back, 0, 8), verbs.WCFetchAdd
+		wr.RemoteAddr, wr.RKey, wr.CompareAdd = ctr.Addr()+16, ctr.RKey(), 1
+	}
+	mustPostSend(t, a.qp, wr)
+	wantSendWC(t, pollOne(t, a.scq), 10, wantOp, a.qp)
+	// A follow-up message (only now, so that its ACK does not cover for a lost one).
+	mustPostSend(t, a.qp, verbs.SendWR{WRID: 11, Opcode: verbs.WRSendWithImm, ImmData: 77, SendFlags: verbs.SendSignaled,
+		SGList: sge(src, 0, 10)})
+	wantSendWC(t, pollOne(t, a.scq), 11, verbs.WCSend, a.qp)
+
+	// Every receive WR is consumed once, in order.
+	settle(a.ctx, b.ctx)
+	followUp := uint64(1)
+	switch c.op {
+	case faultSend, faultSendOnly:
+		size := n
+		if c.op == faultSendOnly {
+			size = 100
+		}
+		if wc := pollOne(t, b.rcq); wc.WRID != 1 || wc.Status != verbs.WCSuccess || wc.ByteLen != uint32(size) {
+			t.Errorf("receive completion %+v, want WRID 1 with %d bytes", wc, size)
+		}
+		checkBytes(t, "SEND", dst2.Buf()[:size], src.Buf()[:size])
+		followUp = 2
+	case faultWrite:
+		checkBytes(t, "WRITE", dst.Buf(), src.Buf())
+	case faultRead:
+		checkBytes(t, "READ", back.Buf(), remoteOrig)
+	case faultFetchAdd:
+		if got := binary.NativeEndian.Uint64(back.Buf()); got != 41 {
+			t.Errorf("fetch-and-add returned %d, want 41", got)
+		}
+		if got := binary.NativeEndian.Uint64(ctr.Buf()[16:]); got != 42 {
+			t.Errorf("target %d after one fetch-and-add to 41: executed %d times", got, got-41)
+		}
+	}
+	if wc := pollOne(t, b.rcq); wc.WRID != followUp || wc.Status != verbs.WCSuccess || wc.ImmData != 77 {
+		t.Errorf("follow-up receive completion %+v, want WRID %d with immediate 77", wc, followUp)
+	}
+	expectEmpty(t, b.rcq, "responder's receive CQ")
+	expectState(t, a.qp, verbs.StateRTS)
+	expectState(t, b.qp, verbs.StateRTS)
+	if after != nil {
+		after(a, b)
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("the filter never matched a %v packet with PSN %#x", c.opcode, c.psn)
+	}
+	if c.check == nil {
+		return
+	}
+	if err := c.check(pktCounters{a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters()}); errors.Is(err, errBusyMachine) {
+		t.Skipf("%v: the repair cannot be judged", err)
+	} else if err != nil {
+		t.Errorf("%v\nrequester QP %+v\nresponder QP %+v\nrequester device %+v\nresponder device %+v", err,
+			a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters())
 	}
 }
 

@@ -1,9 +1,6 @@
 package verbs_test
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -238,14 +235,7 @@ func TestRNRRetryRounds(t *testing.T) {
 // only the lost packet is sent again (selective retransmission), never the whole window
 // behind it as go-back-N does.
 func TestWeakPacketLoss(t *testing.T) {
-	const psnA, n = 0x100, 20 << 10 // the first WR uses PSNs 0x100..0x113 at MTU 1024
-	type kind int
-	const (
-		send kind = iota
-		write
-		read
-		fetchAdd
-	)
+	const psnA = faultPSN
 	// selective: the loss was repaired by sending again a few packets (the lost one, and
 	// loss probes if the machine is slow), not the 16 or 20 of the message behind it that
 	// go-back-N resends.
@@ -271,138 +261,57 @@ func TestWeakPacketLoss(t *testing.T) {
 		}
 		return selective(k)
 	}
-	cases := []struct {
-		name   string
-		op     kind
-		onB    bool // the filter is on the responder's device (responses, SACKs)
-		opcode wire.Opcode
-		psn    uint32
-		act    netio.Action
-		check  func(k pktCounters) error
-	}{
-		{"WRITE packet lost", write, false, wire.OpWeakWrite, psnA + 4, netio.Drop, placedAhead},
-		{"WRITE first packet lost", write, false, wire.OpWeakWrite, psnA, netio.Drop, placedAhead},
-		{"WRITE last packet lost", write, false, wire.OpWeakWrite, psnA + 19, netio.Drop, selective},
-		{"SEND packet lost", send, false, wire.OpWeakSend, psnA + 7, netio.Drop, placedAhead},
-		{"SEND last packet lost", send, false, wire.OpWeakSend, psnA + 19, netio.Drop, selective},
-		{"READ request lost", read, false, wire.OpWeakReadReq, psnA, netio.Drop, nil},
-		{"atomic request lost", fetchAdd, false, wire.OpWeakFetchAdd, psnA, netio.Drop, nil},
-		{"SACK lost", write, true, wire.OpWeakAck, anyPSN, netio.Drop, nil},
-		{"READ response first lost", read, true, wire.OpReadResponseFirst, psnA, netio.Drop, nil},
-		{"READ response middle lost", read, true, wire.OpReadResponseMiddle, psnA + 7, netio.Drop, func(k pktCounters) error {
+	cases := []faultCase{
+		{"WRITE packet lost", faultWrite, false, wire.OpWeakWrite, psnA + 4, netio.Drop, placedAhead},
+		{"WRITE first packet lost", faultWrite, false, wire.OpWeakWrite, psnA, netio.Drop, placedAhead},
+		{"WRITE last packet lost", faultWrite, false, wire.OpWeakWrite, psnA + 19, netio.Drop, selective},
+		{"SEND packet lost", faultSend, false, wire.OpWeakSend, psnA + 7, netio.Drop, placedAhead},
+		{"SEND last packet lost", faultSend, false, wire.OpWeakSend, psnA + 19, netio.Drop, selective},
+		{"READ request lost", faultRead, false, wire.OpWeakReadReq, psnA, netio.Drop, nil},
+		{"atomic request lost", faultFetchAdd, false, wire.OpWeakFetchAdd, psnA, netio.Drop, nil},
+		{"SACK lost", faultWrite, true, wire.OpWeakAck, anyPSN, netio.Drop, nil},
+		{"READ response first lost", faultRead, true, wire.OpReadResponseFirst, psnA, netio.Drop, nil},
+		{"READ response middle lost", faultRead, true, wire.OpReadResponseMiddle, psnA + 7, netio.Drop, func(k pktCounters) error {
 			if k.qpA.PlacedOutOfOrder == 0 {
 				return fmt.Errorf("want READ responses placed beyond the lost one")
 			}
 			return nil
 		}},
-		{"READ response last lost", read, true, wire.OpReadResponseLast, psnA + 19, netio.Drop, nil},
-		{"atomic response lost", fetchAdd, true, wire.OpAtomicAcknowledge, psnA, netio.Drop, func(k pktCounters) error {
+		{"READ response last lost", faultRead, true, wire.OpReadResponseLast, psnA + 19, netio.Drop, nil},
+		{"atomic response lost", faultFetchAdd, true, wire.OpAtomicAcknowledge, psnA, netio.Drop, func(k pktCounters) error {
 			if k.qpB.Duplicates == 0 {
 				return fmt.Errorf("want the repeated atomic answered as a duplicate")
 			}
 			return nil
 		}},
-		{"WRITE packet duplicated", write, false, wire.OpWeakWrite, psnA + 5, netio.Duplicate, wantDuplicate},
-		{"SEND packet duplicated", send, false, wire.OpWeakSend, psnA + 5, netio.Duplicate, wantDuplicate},
-		{"atomic request duplicated", fetchAdd, false, wire.OpWeakFetchAdd, psnA, netio.Duplicate, wantDuplicate},
-		{"READ request duplicated", read, false, wire.OpWeakReadReq, psnA, netio.Duplicate, wantDuplicate},
-		{"WRITE packet delayed", write, false, wire.OpWeakWrite, psnA + 10, netio.Delay, func(k pktCounters) error {
+		{"WRITE packet duplicated", faultWrite, false, wire.OpWeakWrite, psnA + 5, netio.Duplicate, wantDuplicate},
+		{"SEND packet duplicated", faultSend, false, wire.OpWeakSend, psnA + 5, netio.Duplicate, wantDuplicate},
+		{"atomic request duplicated", faultFetchAdd, false, wire.OpWeakFetchAdd, psnA, netio.Duplicate, wantDuplicate},
+		{"READ request duplicated", faultRead, false, wire.OpWeakReadReq, psnA, netio.Duplicate, wantDuplicate},
+		{"WRITE packet delayed", faultWrite, false, wire.OpWeakWrite, psnA + 10, netio.Delay, func(k pktCounters) error {
 			if k.qpB.PlacedOutOfOrder == 0 {
 				return fmt.Errorf("want packets placed beyond the delayed one")
 			}
 			return nil
 		}},
-		{"SEND packet corrupted", send, false, wire.OpWeakSend, psnA + 6, netio.Corrupt, func(k pktCounters) error {
+		{"SEND packet corrupted", faultSend, false, wire.OpWeakSend, psnA + 6, netio.Corrupt, func(k pktCounters) error {
 			if k.devB.ICRCErrors == 0 {
 				return fmt.Errorf("want an ICRC error at the responder's device")
 			}
 			return selective(k)
 		}},
 	}
+	l := retryLink().InMode(verbs.OrderingWeak)
+	l.Timeout = 16 // loss is found by SACK or the loss probe; the timeout is the last resort
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var hits atomic.Int32
-			f := packetFilter(c.opcode, c.psn, c.act, &hits)
-			l := retryLink().InMode(verbs.OrderingWeak)
-			l.Timeout = 16 // loss is found by SACK or the loss probe; the timeout is the last resort
-			pc := pairConfig{Link: l, PSNA: psnA, PSNB: 0x900}
-			if c.onB {
-				pc.DevB = verbs.WithFilter(pc.DevB, f)
-			} else {
-				pc.DevA = verbs.WithFilter(pc.DevA, f)
-			}
-			a, b := newPair(t, pc)
-			src := mustReg(t, a.pd, pattern(n, 401), verbs.AccessLocalWrite)
-			back := mustReg(t, a.pd, make([]byte, n), verbs.AccessLocalWrite)
-			remoteOrig := pattern(n, 402)
-			dst := mustReg(t, b.pd, bytes.Clone(remoteOrig), allAccess)
-			dst2 := mustReg(t, b.pd, make([]byte, n), verbs.AccessLocalWrite)
-			ctr := atomicTarget(t, b, 41)
-			mustPostRecv(t, b.qp, verbs.RecvWR{WRID: 1, SGList: sge(dst2, 0, n)}, verbs.RecvWR{WRID: 2, SGList: sge(dst2, 0, n)})
-
-			wr := verbs.SendWR{WRID: 10, SendFlags: verbs.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-			wantOp := verbs.WCSend
-			switch c.op {
-			case send:
-				wr.Opcode, wr.SGList = verbs.WRSend, sge(src, 0, n)
-			case write:
-				wr.Opcode, wr.SGList, wantOp = verbs.WRRDMAWrite, sge(src, 0, n), verbs.WCRDMAWrite
-			case read:
-				wr.Opcode, wr.SGList, wantOp = verbs.WRRDMARead, sge(back, 0, n), verbs.WCRDMARead
-			case fetchAdd:
-				wr.Opcode, wr.SGList, wantOp = verbs.WRAtomicFetchAndAdd, sge(back, 0, 8), verbs.WCFetchAdd
-				wr.RemoteAddr, wr.RKey, wr.CompareAdd = ctr.Addr()+16, ctr.RKey(), 1
-			}
-			mustPostSend(t, a.qp, wr)
-			wantSendWC(t, pollOne(t, a.scq), 10, wantOp, a.qp)
-			mustPostSend(t, a.qp, verbs.SendWR{WRID: 11, Opcode: verbs.WRSendWithImm, ImmData: 77, SendFlags: verbs.SendSignaled,
-				SGList: sge(src, 0, 10)})
-			wantSendWC(t, pollOne(t, a.scq), 11, verbs.WCSend, a.qp)
-
-			settle(a.ctx, b.ctx)
-			followUp := uint64(1)
-			switch c.op {
-			case send:
-				if wc := pollOne(t, b.rcq); wc.WRID != 1 || wc.Status != verbs.WCSuccess || wc.ByteLen != n {
-					t.Errorf("receive completion %+v, want WRID 1 with %d bytes", wc, n)
+			runFaultCase(t, l, c, 401, func(a, b *side) {
+				for _, s := range []*side{a, b} {
+					if h := s.qp.Holes(); len(h.Requester) != 0 || len(h.Responder) != 0 {
+						t.Errorf("QP %#x: holes open after everything completed: %+v", s.qp.QPNum(), h)
+					}
 				}
-				checkBytes(t, "SEND", dst2.Buf()[:n], src.Buf())
-				followUp = 2
-			case write:
-				checkBytes(t, "WRITE", dst.Buf(), src.Buf())
-			case read:
-				checkBytes(t, "READ", back.Buf(), remoteOrig)
-			case fetchAdd:
-				if got := binary.NativeEndian.Uint64(back.Buf()); got != 41 {
-					t.Errorf("fetch-and-add returned %d, want 41", got)
-				}
-				if got := binary.NativeEndian.Uint64(ctr.Buf()[16:]); got != 42 {
-					t.Errorf("target %d after one fetch-and-add to 41: executed %d times", got, got-41)
-				}
-			}
-			if wc := pollOne(t, b.rcq); wc.WRID != followUp || wc.Status != verbs.WCSuccess || wc.ImmData != 77 {
-				t.Errorf("follow-up receive completion %+v, want WRID %d with immediate 77", wc, followUp)
-			}
-			expectEmpty(t, b.rcq, "responder's receive CQ")
-			expectState(t, a.qp, verbs.StateRTS)
-			expectState(t, b.qp, verbs.StateRTS)
-			for _, s := range []*side{a, b} {
-				if h := s.qp.Holes(); len(h.Requester) != 0 || len(h.Responder) != 0 {
-					t.Errorf("QP %#x: holes open after everything completed: %+v", s.qp.QPNum(), h)
-				}
-			}
-			if hits.Load() != 1 {
-				t.Fatalf("the filter never matched a %v packet with PSN %#x", c.opcode, c.psn)
-			}
-			if c.check == nil {
-				return
-			}
-			if err := c.check(pktCounters{a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters()}); errors.Is(err, errBusyMachine) {
-				t.Skipf("%v: the repair cannot be judged", err)
-			} else if err != nil {
-				t.Errorf("%v\nrequester QP %+v\nresponder QP %+v\nrequester device %+v\nresponder device %+v", err,
-					a.qp.Counters(), b.qp.Counters(), a.ctx.Counters(), b.ctx.Counters())
-			}
+			})
 		})
 	}
 }
