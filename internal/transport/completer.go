@@ -77,6 +77,7 @@ func (c *completer) handleAck(p *wire.Packet) {
 				r.retryLeft--
 			}
 			r.nakRepeat, r.lastNakPSN = true, psn
+			r.closeWindow()
 			q.req.rewind(r.una) // psn, unless READ responses before it are missing
 			q.home.queueKick(q)
 			return
@@ -190,6 +191,7 @@ func (c *completer) goBackOnce() {
 	q := c.q
 	r := &q.req
 	if !(r.rewound && r.rewindPSN == r.una) {
+		r.closeWindow()
 		q.req.rewind(r.una)
 		q.home.queueKick(q)
 	}

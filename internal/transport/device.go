@@ -33,11 +33,14 @@ type Config struct {
 	DisableGSO, DisableGRO bool
 	// MaxQP and MaxMR bound the number of queue pairs and memory regions.
 	MaxQP, MaxMR int
-	// Window is the most unacknowledged PSNs a QP's requester keeps in flight (default
-	// 128).
+	// Window is the most unacknowledged PSNs an ordered-mode requester keeps in flight
+	// (default 1024). A QP's window opens from BaseWindow (or Window, if smaller) and
+	// closes to it again at every loss (see requester.openWindow); it opens no further than
+	// the socket's receive buffer holds (a packet per 8 KiB). Weak mode keeps at most
+	// BaseWindow packets (or Window) in flight, within its hole span (Attr.MaxHole).
 	Window int
 	// AckReqEvery sets AckReq on every n-th packet of a long message besides its last
-	// (default 64).
+	// (default: a quarter of the QP's window, at least 64).
 	AckReqEvery int
 	// ReadChunk is the most response packets one RDMA READ request asks for; longer READ
 	// work requests are sent as several requests (default 64).
@@ -85,6 +88,9 @@ type Device struct {
 	qpCount int
 	retired Stats // counters of destroyed QPs
 
+	// winBase and winMax bound an ordered-mode QP's window (see requester.openWindow).
+	winBase, winMax int32
+
 	// queues are the device's receive queues (see queue); a QP lives on queues[qpn %
 	// len(queues)], where the kernel steers its packets.
 	queues []*queue
@@ -112,7 +118,10 @@ type rxStats struct {
 
 // Defaults.
 const (
-	DefaultWindow      = 128
+	DefaultWindow = 1024
+	// BaseWindow is where an ordered-mode QP's window starts, and where it goes back at
+	// a loss (see Config.Window).
+	BaseWindow         = 128
 	DefaultAckReqEvery = 64
 	DefaultReadChunk   = 64
 	DefaultMaxQP       = 65536
@@ -140,14 +149,14 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Window > 1<<22 {
 		return nil, errors.New("transport: window larger than 2^22 PSNs")
 	}
-	if cfg.AckReqEvery <= 0 {
-		cfg.AckReqEvery = DefaultAckReqEvery
+	if cfg.AckReqEvery < 0 {
+		cfg.AckReqEvery = 0
 	}
 	if cfg.ReadChunk <= 0 {
 		cfg.ReadChunk = DefaultReadChunk
 	}
-	if cfg.ReadChunk > cfg.Window {
-		cfg.ReadChunk = cfg.Window
+	if cfg.ReadChunk > min(cfg.Window, BaseWindow) {
+		cfg.ReadChunk = min(cfg.Window, BaseWindow)
 	}
 	if cfg.MaxQP <= 0 {
 		cfg.MaxQP = DefaultMaxQP
@@ -225,16 +234,22 @@ func Open(cfg Config) (*Device, error) {
 	}
 	cfg.Queues = queues
 	tp.local = conn.LocalAddr()
+	// The window opens no further than the receive buffer holds, a packet per 8 KiB (the
+	// kernel charges a 4 KiB packet about that much).
+	rcv, _ := conn.SocketBuffers()
+	winBase := int32(min(cfg.Window, BaseWindow))
 	d := &Device{
-		cfg:   cfg,
-		conn:  conn,
-		local: conn.LocalAddr(),
-		v4:    conn.LocalAddr().Addr().Is4(),
-		tap:   tp,
-		epoch: time.Now(),
-		mrs:   tpt.New(cfg.MaxMR),
-		qpSet: make(map[*QP]struct{}),
-		qpns:  ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
+		winBase: winBase,
+		winMax:  max(winBase, int32(min(cfg.Window, rcv/8192))),
+		cfg:     cfg,
+		conn:    conn,
+		local:   conn.LocalAddr(),
+		v4:      conn.LocalAddr().Addr().Is4(),
+		tap:     tp,
+		epoch:   time.Now(),
+		mrs:     tpt.New(cfg.MaxMR),
+		qpSet:   make(map[*QP]struct{}),
+		qpns:    ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
 	d.qpMu.rank, d.atomicMu.rank = rankQPTable, rankAtomic
 	d.batches.init()

@@ -52,7 +52,7 @@ func (ordered) usage(q *QP) (u [NumLimits]uint32) {
 // Requester.
 
 func (ordered) startRequester(*QP, wire.PSN) {}
-func (ordered) window(q *QP) int32           { return int32(q.dev.cfg.Window) }
+func (ordered) window(q *QP) int32           { return q.req.openWindow() }
 func (ordered) beforeFill(*QP, *netio.SendBatch) (int64, bool) {
 	return 0, false
 }
@@ -64,9 +64,16 @@ func (ordered) sent(*QP, uint64, *sendWQE, wire.PSN, wire.PSN, int64) {}
 func (ordered) rtoShift() uint8                                       { return 0 }
 func (ordered) onTimer(*QP, int64) bool                               { return false }
 func (ordered) probeDue(int64) bool                                   { return false }
-func (ordered) resend(q *QP, psn wire.PSN, _ bool)                    { q.req.rewind(psn) }
 func (ordered) holeCounts() (opened, closed uint64)                   { return 0, 0 }
 func (ordered) holes() Holes                                          { return Holes{} }
+
+// resend goes back to psn; after a local ACK timeout, with the window closed.
+func (ordered) resend(q *QP, psn wire.PSN, timeout bool) {
+	if timeout {
+		q.req.closeWindow()
+	}
+	q.req.rewind(psn)
+}
 
 // format: FIRST/MIDDLE/LAST/ONLY opcodes; a WRITE's RETH is on its first packet only.
 func (ordered) format(q *QP, w *sendWQE, idx uint32, last bool, _, _ uint64) (wire.Opcode, wire.OOH, bool, bool) {

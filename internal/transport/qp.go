@@ -619,6 +619,7 @@ func (q *QP) resetQueues() {
 		q.rq.reset()
 	}
 	q.req = requester{q: q}
+	q.req.setWindow(q.dev.winBase)
 	q.resp.reset()
 	// Keep the counters of the mode's bookkeeping that goes away.
 	opened, closed := q.mode.holeCounts()

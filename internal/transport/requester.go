@@ -27,10 +27,50 @@ type requester struct {
 	rewindPSN   wire.PSN // PSN of the last go-back
 	lastNakPSN  wire.PSN
 	nakRepeat   bool
+	// The ordered mode's window (see openWindow), where it last changed, and the AckReq
+	// spacing that goes with it.
+	win      int32
+	winAt    wire.PSN
+	ackEvery int
 }
 
 func (r *requester) resetPSN(psn wire.PSN) {
 	r.nextPSN, r.curPSN, r.una, r.highPSN = psn, psn, psn, psn
+	r.setWindow(r.q.dev.winBase)
+}
+
+// The ordered mode's window: how many PSNs past the oldest unacknowledged one the
+// requester may send. A lost packet costs go-back-N everything sent after it, so the
+// window starts small (Device.winBase, 128 packets), doubles each time four windows' worth
+// of packets were acknowledged without a loss since it last changed, up to Device.winMax
+// (1024 by default: on loopback 20 % more throughput and 17 % less CPU per GiB than 128,
+// whose stalls for ACKs left both sides polling), and goes back to the start at every
+// loss: a sequence NAK, a response missing, a local ACK timeout. Under 1 % loss it so
+// stays near 128, where a fixed 1024 would lose four fifths of the throughput to
+// retransmissions. (Weak mode's window is its hole span: a loss costs it one packet.)
+
+// openWindow doubles the window if four windows were acknowledged since it last changed.
+func (r *requester) openWindow() int32 {
+	if r.win < r.q.dev.winMax && r.una.Diff(r.winAt) >= 4*r.win {
+		r.setWindow(min(2*r.win, r.q.dev.winMax))
+	}
+	return r.win
+}
+
+// closeWindow puts the window back to its start after a loss.
+func (r *requester) closeWindow() { r.setWindow(r.q.dev.winBase) }
+
+// setWindow sets the window, from the oldest unacknowledged PSN, and the AckReq spacing
+// that goes with it: every quarter window's packet (at least every DefaultAckReqEvery-th),
+// unless the device's configuration fixes it. The responder acknowledges each at once
+// (responder.requestAck): the requester hears about its window four times a window, and
+// the responder sends no more ACKs than that.
+func (r *requester) setWindow(w int32) {
+	r.win, r.winAt = w, r.una
+	r.ackEvery = r.q.dev.cfg.AckReqEvery
+	if r.ackEvery == 0 {
+		r.ackEvery = max(DefaultAckReqEvery, int(w)/4)
+	}
 }
 
 // outstanding reports whether sent PSNs await acknowledgement.
@@ -227,7 +267,7 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 		}
 		bth.SE = last && w.flags&FlagSolicited != 0 && w.op != WRWrite
 		r.sinceAckReq++
-		if info.Flags&wire.IsUD == 0 && (last || ackReq || r.sinceAckReq >= q.dev.cfg.AckReqEvery) {
+		if info.Flags&wire.IsUD == 0 && (last || ackReq || r.sinceAckReq >= r.ackEvery) {
 			bth.AckReq = true
 			r.sinceAckReq = 0
 		}

@@ -563,7 +563,7 @@ func (rs *responder) requestAck(p *wire.Packet) {
 	if p.BTH.AckReq {
 		rs.ackPending = true
 		u := q.home
-		if rs.sinceAck >= q.dev.cfg.Window/4 && !rs.pumping() && u.rxOut.Room(2, 64) {
+		if rs.sinceAck >= int(q.dev.winBase)/4 && !rs.pumping() && u.rxOut.Room(2, 64) {
 			rs.sendAck(u.rxOut)
 			u.flushNow = true
 			return
