@@ -33,7 +33,8 @@ func TestOrderedWindow(t *testing.T) {
 		t.Skipf("the socket's receive buffer holds no more than the base window (%d packets)", a.d.winMax)
 	}
 
-	const n = 8 << 20 // 8,192 packets: the window doubles after 512, 1,024 and 2,048 more
+	// 16,384 packets: the window doubles after 2,048, 4,096 and 8,192 more.
+	const n = 8 << 20
 	src, dst := make([]byte, n), make([]byte, n)
 	ms, md := reg(t, a.d, src), reg(t, b.d, dst)
 	write := func(wrid uint64, length uint32) {
@@ -46,15 +47,16 @@ func TestOrderedWindow(t *testing.T) {
 		}
 	}
 	write(1, n)
+	write(2, n)
 	if w, e := window(); w != a.d.winMax || e != int(w)/4 {
-		t.Fatalf("after %d packets without a loss: window %d, AckReq every %d packets; want %d, %d", n/1024, w, e, a.d.winMax, a.d.winMax/4)
+		t.Fatalf("after %d packets without a loss: window %d, AckReq every %d packets; want %d, %d", 2*n/1024, w, e, a.d.winMax, a.d.winMax/4)
 	}
 
 	// A lost packet: a sequence NAK, go-back-N, and the window back at its start (the
 	// 100 packets after it are too few to open it again).
 	retransmits := a.qp.Stats().Retransmits
 	drop.Store(true)
-	write(2, 100<<10)
+	write(3, 100<<10)
 	if a.qp.Stats().Retransmits == retransmits {
 		t.Fatal("no retransmission: the filter dropped nothing")
 	}
