@@ -156,7 +156,7 @@ func Open(cfg Config) (*Device, error) {
 		cfg.ReadChunk = DefaultReadChunk
 	}
 	if cfg.ReadChunk > min(cfg.Window, BaseWindow) {
-		cfg.ReadChunk = min(cfg.Window, BaseWindow)
+		cfg.ReadChunk = min(cfg.Window, BaseWindow) // a READ request fits in the smallest window
 	}
 	if cfg.MaxQP <= 0 {
 		cfg.MaxQP = DefaultMaxQP
