@@ -77,12 +77,11 @@ type DeviceConfig struct {
 	// CompletionHandlers configures the completion handlers one by one: each one's CPU set
 	// and priority. Nil means NumCompVectors unpinned handlers of priority 0.
 	CompletionHandlers []HandlerConfig
-	// Window is the most unacknowledged packets an ordered-mode QP keeps in flight
-	// (default 1024). A QP's window starts at 128 (or Window, if smaller), doubles after
-	// each stretch of 16 windows acknowledged without a loss, and goes back to 128 at
-	// every loss (go-back-N resends what followed a lost packet); it opens no further than
-	// the socket's receive buffer holds. A weakly-ordered QP keeps at most 128 packets
-	// (or Window) in flight, within its hole span.
+	// Window is the most unacknowledged packets a QP keeps in flight (default 1024). A
+	// QP's window starts at 128 (or Window, if smaller), doubles after each stretch of 16
+	// windows acknowledged without a loss, and goes back to 128 at every loss (ordered
+	// mode's go-back-N resends what followed a lost packet); it opens no further than the
+	// socket's receive buffer holds.
 	Window int
 	// SocketBuffer is the UDP socket's send and receive buffer in bytes (default 32 MiB).
 	SocketBuffer int

@@ -33,11 +33,12 @@ type Config struct {
 	DisableGSO, DisableGRO bool
 	// MaxQP and MaxMR bound the number of queue pairs and memory regions.
 	MaxQP, MaxMR int
-	// Window is the most unacknowledged PSNs an ordered-mode requester keeps in flight
-	// (default 1024). A QP's window opens from BaseWindow (or Window, if smaller) and
-	// closes to it again at every loss (see requester.openWindow); it opens no further than
-	// the socket's receive buffer holds (a packet per 8 KiB). Weak mode keeps at most
-	// BaseWindow packets (or Window) in flight, within its hole span (Attr.MaxHole).
+	// Window is the most packets a QP's requester keeps in flight (default 1024): PSNs past
+	// the oldest unacknowledged one in ordered mode, unacknowledged packets in weak mode
+	// (whose PSNs stay within its hole span, Attr.MaxHole). A QP's window opens from
+	// BaseWindow (or Window, if smaller) and closes to it again at every loss (see
+	// requester.openWindow); it opens no further than the socket's receive buffer holds (a
+	// packet per 8 KiB).
 	Window int
 	// AckReqEvery sets AckReq on every n-th packet of a long message besides its last
 	// (default: a quarter of the QP's window, at least 64).
@@ -88,7 +89,7 @@ type Device struct {
 	qpCount int
 	retired Stats // counters of destroyed QPs
 
-	// winBase and winMax bound an ordered-mode QP's window (see requester.openWindow).
+	// winBase and winMax bound a QP's window (see requester.openWindow).
 	winBase, winMax int32
 
 	// queues are the device's receive queues (see queue); a QP lives on queues[qpn %
@@ -119,8 +120,8 @@ type rxStats struct {
 // Defaults.
 const (
 	DefaultWindow = 1024
-	// BaseWindow is where an ordered-mode QP's window starts, and where it goes back at
-	// a loss (see Config.Window).
+	// BaseWindow is where a QP's window starts, and where it goes back at a loss (see
+	// Config.Window).
 	BaseWindow         = 128
 	DefaultAckReqEvery = 64
 	DefaultReadChunk   = 64

@@ -27,8 +27,8 @@ type requester struct {
 	rewindPSN   wire.PSN // PSN of the last go-back
 	lastNakPSN  wire.PSN
 	nakRepeat   bool
-	// The ordered mode's window (see openWindow), where it last changed, and the AckReq
-	// spacing that goes with it.
+	// The window (see openWindow), where it last changed, and the AckReq spacing that
+	// goes with it.
 	win      int32
 	winAt    wire.PSN
 	ackEvery int
@@ -39,17 +39,19 @@ func (r *requester) resetPSN(psn wire.PSN) {
 	r.setWindow(r.q.dev.winBase)
 }
 
-// The ordered mode's window: how many PSNs past the oldest unacknowledged one the
-// requester may send. A lost packet costs go-back-N about a window of packets sent again,
-// so the window starts small (Device.winBase, 128 packets), doubles each time windowRuns
-// windows' worth of packets were acknowledged without a loss since it last changed, up to
-// Device.winMax (1024 by default: on loopback up to a quarter more throughput and a fifth
-// less CPU per GiB than 128, whose stalls for ACKs left both sides polling), and goes back
-// to the start at every loss: a sequence NAK, a response missing, a local ACK timeout. A
-// window opened only after 16 windows without a loss sends again at most about a
-// sixteenth of what it sent; under 0.1 % loss it stays near 128 (opening after 4 windows
-// cost a quarter of the throughput there), and a fixed 1024 lost four fifths under 1 %.
-// (Weak mode keeps Device.winBase packets in flight: a loss costs it one packet.)
+// The window: how many packets the requester keeps in flight (ordered mode: PSNs past
+// the oldest unacknowledged one; weak mode: packets unacknowledged). A lost packet costs
+// ordered mode's go-back-N about a window of packets sent again, and a window that a loss
+// does not shrink keeps a congested receiver's socket overflowing, so the window starts
+// small (Device.winBase, 128 packets), doubles each time windowRuns windows' worth of
+// packets were acknowledged without a loss since it last changed, up to Device.winMax (1024
+// by default: on loopback up to a quarter more throughput and a fifth less CPU per GiB
+// than 128, whose stalls for ACKs left both sides polling), and goes back to the start at
+// every loss: a sequence NAK, a response missing, a local ACK timeout, a selective
+// retransmission. A window opened only after 16 windows without a loss sends again at most
+// about a sixteenth of what it sent; under 0.1 % loss it stays near 128 (opening after 4
+// windows cost ordered mode a quarter of the throughput there), and a fixed 1024 lost four
+// fifths of it under 1 %.
 
 // windowRuns is how many windows must be acknowledged without a loss before the window
 // doubles.

@@ -70,7 +70,6 @@ type weakState struct {
 	meta     []psnMeta      // by PSN & (span-1)
 	txSeq    uint32         // transmissions so far
 	inflight uint32         // PSNs sent and not yet acknowledged or answered
-	cap      uint32         // most PSNs in flight (Device.winBase: more gave no more throughput, and less under loss)
 	ackedSeq uint32         // highest transmission number found acknowledged or answered
 	lost     []wire.PSN     // PSNs to retransmit (entries whose meta is no longer queued are stale)
 	backoff  uint8          // retransmission timer doublings since the last progress
@@ -110,7 +109,6 @@ type weakState struct {
 
 func newWeakState(q *QP, span uint32, epsn wire.PSN) *weakState {
 	ws := &weakState{
-		cap:     uint32(q.dev.winBase),
 		reorder: int32(q.dev.cfg.ReorderThreshold),
 		probe:   int64(q.dev.cfg.LossProbe),
 		arrived: holes.New(epsn, span),

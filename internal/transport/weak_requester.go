@@ -164,6 +164,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 		ws.lost = ws.lost[1:]
 		q.stats.Retransmits++
 		q.stats.SelectiveRetransmits++
+		r.closeWindow()
 	}
 	if len(ws.lost) == 0 {
 		ws.lost = ws.lost[:0:cap(ws.lost)]
@@ -213,9 +214,10 @@ func (*weakState) checkPost(_ *QP, _ uint8, hasAH bool, _ uint32, _ uint64) erro
 }
 func (*weakState) transmitted(*QP) {}
 
-// admit: in weak mode the window bounds the packets in flight, not PSNs past una.
+// admit: in weak mode the window (requester.openWindow) bounds the packets in flight,
+// not PSNs past una.
 func (ws *weakState) admit(q *QP, _ *sendWQE, psn, end wire.PSN) bool {
-	return ws.inflight+uint32(end.Diff(psn))+1 <= ws.cap
+	return ws.inflight+uint32(end.Diff(psn))+1 <= uint32(q.req.openWindow())
 }
 
 // readSlot: a READ request or atomic may go out only within max_rd_atomic of the oldest
