@@ -49,7 +49,9 @@ type conn struct {
 	peerData  []byte // the peer's private data (REP's for the active side, REQ's for the passive)
 	ordering  verbs.Ordering
 	keepAlive time.Duration
-	softPeer  bool // the peer sent softrnic's extension: it answers keep-alive probes
+	// softPeer: the peer sent softrnic's extension. It answers keep-alive probes and sends
+	// its MADs from its device port, which is then the only one taken from it.
+	softPeer bool
 
 	ready     chan struct{} // closed when Dial's or Accept's wait ends
 	readyErr  error
@@ -66,6 +68,16 @@ func (m *manager) newConn(active bool, peer netip.AddrPort) *conn {
 	c.tid = uint64(c.id) << 32
 	m.ids[c.id] = c
 	return c
+}
+
+// from reports whether a MAD from src may be the peer's: from its device port if it is a
+// softrnic device, from any port of its address otherwise (a standard peer's MADs leave
+// from a port of its own choosing; see RoCEv2Port).
+func (c *conn) from(src netip.AddrPort) bool {
+	if c.softPeer {
+		return c.peer == src
+	}
+	return c.peer.Addr() == src.Addr()
 }
 
 // keep encodes msg as the connection's current message and sends it (mu held).

@@ -128,14 +128,16 @@ func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *ve
 	c := m.newConn(true, peer)
 	c.holdsSlot = true
 	c.qp, c.params, c.timeout, c.maxRetries, c.keepAlive = qp, o, timeout, p.retries(), keepAliveOr(p.KeepAlive)
-	psn := verbs.RandomPSN()
+	// Starting PSNs as Linux's CM has them: the REQ's is the PSN this side receives
+	// first, the REP's the one it sends first.
+	rqPSN := verbs.RandomPSN()
 	local := m.local.Addr()
 	req := mad.REQ{
 		LocalCommID: c.id, ServiceID: mad.ServiceID(remote.Port()), LocalCAGUID: m.guid,
 		LocalQPN: qp.QPNum(), ResponderResources: o.MaxRdAtomic, InitiatorDepth: o.MaxRdAtomic,
 		LocalEECN:               ext(o.Ordering, o.MaxHole, o.MTU),
 		RemoteCMResponseTimeout: timeoutCode(timeout), LocalCMResponseTimeout: timeoutCode(timeout),
-		TransportType: mad.TransportRC, StartingPSN: psn, RetryCount: o.RetryCnt & 7, RNRRetryCount: o.RNRRetry & 7,
+		TransportType: mad.TransportRC, StartingPSN: rqPSN, RetryCount: o.RetryCnt & 7, RNRRetryCount: o.RNRRetry & 7,
 		PKey: 0xFFFF, PathMTU: uint8(o.MTU), MaxCMRetries: uint8(c.maxRetries),
 		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: mad.GID(local), RemoteGID: mad.GID(peer.Addr()),
 			HopLimit: 64, LocalACKTimeout: o.Timeout & 0x1F},
@@ -208,10 +210,13 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 	if r.LocalQPN == 0 || r.LocalQPN == 1 {
 		return false
 	}
+	e := parseExt(r.LocalEECN)
+	if e.ok && src != c.peer {
+		return false // a softrnic device answers from the port it was dialled at
+	}
 	c.remoteID, c.peerQPN = r.LocalCommID, r.LocalQPN
 	c.peerData = append([]byte(nil), r.PrivateData[:]...)
 	o := c.params
-	e := parseExt(r.LocalEECN)
 	c.softPeer = e.ok
 	if e.ok && validMTU(e.mtu) && e.mtu < o.MTU {
 		o.MTU = e.mtu
@@ -220,7 +225,7 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 	o.RNRRetry = r.RNRRetryCount
 	// A standard peer (no softrnic extension) sends its QP's packets from a source port of
 	// its own: only its address is checked.
-	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: r.LocalQPN, PSN: r.StartingPSN,
+	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: r.LocalQPN, PSN: c.req.StartingPSN,
 		AnySourcePort: !e.ok}
 	if e.weak && o.Ordering == verbs.OrderingWeak {
 		remote.Ordering, remote.MaxHole = verbs.OrderingWeak, e.maxHole
@@ -229,7 +234,7 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 		o.Ordering = verbs.OrderingOrdered
 	}
 	zeroes(&o)
-	if err := c.qp.Connect(c.req.StartingPSN, remote, o); err != nil {
+	if err := c.qp.Connect(r.StartingPSN, remote, o); err != nil {
 		rej := mad.REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: mad.MsgREP, Reason: mad.RejNoQP}
 		m.stats.REJSent++
 		c.keep(&rej)
@@ -265,7 +270,7 @@ func (m *manager) onREJ(src netip.AddrPort, r *mad.REJ) bool {
 	c := m.lookup(src, r.RemoteCommID)
 	if c == nil {
 		// A requester that gives up before it learned our ID names its own.
-		if c = m.byRemote[remoteKey{src, r.LocalCommID}]; c == nil || r.RemoteCommID != 0 {
+		if c = m.requester(src, r.LocalCommID); c == nil || r.RemoteCommID != 0 {
 			return false
 		}
 	}

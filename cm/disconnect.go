@@ -18,9 +18,14 @@ func (c *conn) sendDREQ() {
 // that names a connection of ours with another QP number is dropped (mu held).
 func (m *manager) onDREQ(src netip.AddrPort, tid uint64, d *mad.DREQ) bool {
 	c := m.ids[d.RemoteCommID]
-	if c == nil || c.peer != src {
+	if c == nil || !c.from(src) {
+		// Whose DREQ this is cannot be told: a softrnic device listens on the port it
+		// sent from, a standard peer on RoCEv2Port; answer both.
 		m.stats.DREPSent++
 		m.sendOnce(src, tid, &mad.DREP{LocalCommID: d.RemoteCommID, RemoteCommID: d.LocalCommID})
+		if std := peerOf(src, false); std != src {
+			m.sendOnce(std, tid, &mad.DREP{LocalCommID: d.RemoteCommID, RemoteCommID: d.LocalCommID})
+		}
 		return true
 	}
 	if c.remoteID != d.LocalCommID || c.qp == nil || d.RemoteQPN != c.qp.QPNum() {
@@ -43,7 +48,7 @@ func (m *manager) onDREQ(src netip.AddrPort, tid uint64, d *mad.DREQ) bool {
 		return false
 	}
 	m.stats.DREPSent++
-	m.sendOnce(src, tid, &mad.DREP{LocalCommID: c.id, RemoteCommID: c.remoteID})
+	m.sendOnce(c.peer, tid, &mad.DREP{LocalCommID: c.id, RemoteCommID: c.remoteID})
 	return true
 }
 

@@ -11,7 +11,9 @@
 //		&cm.DialParams{DevicePort: 4791, PrivateData: []byte("hello")})
 //
 // When Dial or Accept returns, the QP is in RTS, connected to the peer's QP with the
-// parameters both sides agreed on: QP numbers, starting PSNs (random, each side its own),
+// parameters both sides agreed on: QP numbers, starting PSNs (random; as in Linux's CM the
+// Starting PSN of a REQ or REP is the PSN its sender receives first, so each side sends
+// from the one the other announced),
 // path MTU (the smaller of the two), RDMA READ/atomic depth (each side's initiator depth
 // is at most the other's responder resources), retry and RNR retry counts, and the
 // ordering mode (weakly-ordered only if both sides offer it). Post receives before Dial
@@ -25,9 +27,16 @@
 // them (internal/mad), with rdma_cm's conventions on top: service ID 0x01060000 | port
 // (RDMA_PS_TCP) and the 36-byte IP addressing header at the start of a ConnectRequest's
 // private data, so that user private data is at most 56 bytes on connect, 196 on accept
-// and 148 on reject, as librdmacm allows. One softrnic extension: the ordering mode
-// offered and accepted travels in the REQ's and REP's Local EECN field, which IBTA
-// reserves for RC connections (a standard CM ignores it and gets ordered mode).
+// and 148 on reject, as librdmacm allows. A standard peer (Linux's CM over rxe or a RoCE
+// NIC) sends its MADs from a UDP source port of its own and listens on 4791 only
+// (RoCEv2Port): its MADs are taken from any source port of its address and answered on
+// 4791; a softrnic device sends from its device port, the only one taken from it.
+//
+// One softrnic extension: the ordering mode offered and accepted travels in the REQ's and
+// REP's Local EECN field, which IBTA reserves for RC connections. A REQ always carries it;
+// Linux's CM does not read the field for RC, and the peer then gets ordered mode. A REP
+// carries it only in answer to a REQ that did, so a standard requester sees the field as
+// IBTA has it, zero.
 //
 // # The state machine
 //

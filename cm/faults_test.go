@@ -87,9 +87,10 @@ func TestStaleConnection(t *testing.T) {
 	_, cb := handshake(t, a, b, fast(nil), nil)
 	m, _ := managerFor(db)
 	// The REQ the restarted peer would send: same device address, same QP number, a
-	// new communication ID.
+	// new communication ID, softrnic's extension.
 	req := mad.REQ{LocalCommID: 0x5157A1E, ServiceID: mad.ServiceID(testPort), LocalQPN: a.QP.QPNum(),
-		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), StartingPSN: 1, MaxCMRetries: 3}
+		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), StartingPSN: 1, MaxCMRetries: 3,
+		LocalEECN: ext(verbs.OrderingOrdered, 0, verbs.MTU1024)}
 	injectREQ(m, da.Addr(), db, &req)
 	<-cb.Done()
 	if !errors.Is(cb.Err(), ErrDisconnected) {

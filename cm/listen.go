@@ -116,6 +116,8 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 
 // onREQ: a connection request, new or resent (mu held).
 func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
+	soft := parseExt(r.LocalEECN).ok
+	src = peerOf(src, soft)
 	if c := m.byRemote[remoteKey{src, r.LocalCommID}]; c != nil {
 		m.stats.REQDuplicates++
 		switch c.state {
@@ -165,6 +167,7 @@ func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 		return true
 	}
 	c := m.newConn(false, src)
+	c.softPeer = soft
 	c.tid = tid
 	c.remoteID, c.peerQPN, c.req, c.state = r.LocalCommID, r.LocalQPN, *r, stReqRcvd
 	c.timeout = clampWait(codeDuration(r.LocalCMResponseTimeout))
@@ -179,8 +182,26 @@ func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 	return true
 }
 
+// requester returns the passive connection a requester at src opened with its
+// communication ID id, if any (mu held).
+func (m *manager) requester(src netip.AddrPort, id uint32) *conn {
+	if c := m.byRemote[remoteKey{src, id}]; c != nil && c.from(src) {
+		return c
+	}
+	if c := m.byRemote[remoteKey{peerOf(src, false), id}]; c != nil && c.from(src) {
+		return c
+	}
+	return nil
+}
+
 // mraServiceTimeout is the wait an MRA asks for: 4.096 µs × 2^22, 17 s.
 const mraServiceTimeout = 22
+
+// targetACKDelay is the REP's Target ACK Delay code, the longest this side takes to
+// acknowledge (4.096 µs × 2^t). A Linux requester adds it into its QP's local ACK
+// timeout; 15 (134 ms) is what rxe reports as its local_ca_ack_delay, so a Linux peer's
+// QP times out as it would against rxe.
+const targetACKDelay = 15
 
 // rejectREQ answers a request that created no connection (mu held).
 func (m *manager) rejectREQ(src netip.AddrPort, tid uint64, r *mad.REQ, reason uint16, data []byte) {
@@ -257,7 +278,6 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	}
 	req := &c.req
 	e := parseExt(req.LocalEECN)
-	c.softPeer = e.ok
 	mtu := verbs.MTU(req.PathMTU)
 	if userMTU != 0 && userMTU < mtu {
 		if !e.ok {
@@ -272,7 +292,10 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	o.RetryCnt, o.RNRRetry = req.RetryCount, req.RNRRetryCount
 	// A standard peer (no softrnic extension) sends its QP's packets from a source port of
 	// its own: only its address is checked.
-	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: req.LocalQPN, PSN: req.StartingPSN,
+	// Starting PSNs as Linux's CM has them: the REP's is the PSN this side receives first
+	// (drawn here), the REQ's the one it sends first (the requester drew it to receive).
+	rqPSN := verbs.RandomPSN()
+	remote := verbs.Endpoint{GID: verbs.GIDFromAddr(c.peer.Addr()), Port: c.peer.Port(), QPNum: req.LocalQPN, PSN: rqPSN,
 		AnySourcePort: !e.ok}
 	c.ordering = verbs.OrderingOrdered
 	maxHole := uint32(0)
@@ -285,8 +308,7 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	}
 	repRNR := p.Options.WithDefaults().RNRRetry
 	zeroes(&o)
-	psn := verbs.RandomPSN()
-	if err := qp.Connect(psn, remote, o); err != nil {
+	if err := qp.Connect(req.StartingPSN, remote, o); err != nil {
 		c.reject(mad.RejNoQP, nil)
 		m.mu.Unlock()
 		return nil, fmt.Errorf("cm: Accept: configuring QP %#x: %w", qp.QPNum(), err)
@@ -294,9 +316,14 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	c.qp = qp
 	c.keepAlive = keepAliveOr(p.KeepAlive)
 	c.peerData = r.PrivateData
-	rep := mad.REP{LocalCommID: c.id, RemoteCommID: c.remoteID, LocalQPN: qp.QPNum(), StartingPSN: psn,
+	rep := mad.REP{LocalCommID: c.id, RemoteCommID: c.remoteID, LocalQPN: qp.QPNum(), StartingPSN: rqPSN,
 		ResponderResources: o.MaxRdAtomic, InitiatorDepth: o.MaxRdAtomic, RNRRetryCount: repRNR & 7,
-		LocalCAGUID: m.guid, LocalEECN: ext(c.ordering, maxHole, mtu)}
+		TargetACKDelay: targetACKDelay, LocalCAGUID: m.guid}
+	if e.ok {
+		// The extension answers a softrnic requester only: a standard one gets the
+		// REP's Local EECN as IBTA has it for RC, zero.
+		rep.LocalEECN = ext(c.ordering, maxHole, mtu)
+	}
 	if _, init := qp.QueryQP(); init.SRQ != nil {
 		rep.SRQ = true
 	}

@@ -232,10 +232,25 @@ func (m *manager) HandleMAD(src netip.AddrPort, srcQP uint32, b []byte) {
 // lookup returns the connection a message from src names by our communication ID.
 func (m *manager) lookup(src netip.AddrPort, id uint32) *conn {
 	c := m.ids[id]
-	if c == nil || c.peer != src {
+	if c == nil || !c.from(src) {
 		return nil
 	}
 	return c
+}
+
+// RoCEv2Port is the UDP port every RoCEv2 packet is sent to. A standard peer (Linux rxe,
+// a RoCE NIC) sends its MADs from a source port of its own (flow entropy, like its QPs'
+// packets) and listens only on this one, so a MAD to it always goes here.
+const RoCEv2Port = 4791
+
+// peerOf returns the device address the connection a REQ opens talks to: a softrnic
+// device (the REQ carries the extension) sends its MADs from its device port, which may
+// be any; a standard peer is reached at RoCEv2Port, whatever port its REQ came from.
+func peerOf(src netip.AddrPort, soft bool) netip.AddrPort {
+	if soft {
+		return src
+	}
+	return netip.AddrPortFrom(src.Addr(), RoCEv2Port)
 }
 
 // Closing ends everything as the device closes (gsiport.Handler): established
