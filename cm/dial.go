@@ -17,7 +17,8 @@ type DialParams struct {
 	// DevicePort is the peer device's UDP port (0: 4791, the RoCEv2 port).
 	DevicePort uint16
 	// Options are the QP attributes this side wants (verbs.ConnectOptions; zero
-	// fields take its defaults). MTU, MaxRdAtomic and Ordering are offers that the
+	// fields take its defaults; MTU 0 is the device's active MTU, as rdma_cm takes the
+	// link's). MTU, MaxRdAtomic and Ordering are offers that the
 	// peer may lower; RetryCnt and RNRRetry are also the values the listener's QP uses.
 	Options verbs.ConnectOptions
 	// ResponseTimeout is how long to wait for the listener's answer before resending
@@ -96,8 +97,16 @@ func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *ve
 		return nil, err
 	}
 	o := p.Options.WithDefaults()
+	port, _ := dev.QueryPort(1)
+	if p.Options.MTU == 0 {
+		o.MTU = port.ActiveMTU // as rdma_cm's route: the link's
+	}
 	if !validMTU(o.MTU) {
 		return nil, fmt.Errorf("cm: Dial: invalid MTU %d", o.MTU)
+	}
+	if o.MTU > port.ActiveMTU {
+		return nil, fmt.Errorf("cm: Dial: path MTU %d is above the device's active MTU %d (link MTU %d): %w",
+			o.MTU.Bytes(), port.ActiveMTU.Bytes(), port.LinkMTU, verbs.ErrInvalid)
 	}
 	if qp.State() == verbs.StateReset {
 		if err := InitQP(qp, o.Access); err != nil {

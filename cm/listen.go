@@ -243,8 +243,9 @@ type AcceptParams struct {
 	// PrivateData goes to the requester with the reply (at most 196 bytes).
 	PrivateData []byte
 	// Options are this side's QP attributes (verbs.ConnectOptions). MTU 0 takes the
-	// requester's; a smaller one is used if the requester is a softrnic device (else
-	// the request is rejected with ReasonInvalidMTU). MaxRdAtomic is lowered to what the
+	// requester's, if the device's active MTU allows it; a smaller one (or a smaller
+	// active MTU) is used if the requester is a softrnic device, else the request is
+	// rejected with ReasonInvalidMTU (IB CM cannot lower a standard peer's path MTU). MaxRdAtomic is lowered to what the
 	// requester offers; Ordering weak is used only if the requester offers it too.
 	// RetryCnt and RNRRetry come from the requester, as with IB CM.
 	Options verbs.ConnectOptions
@@ -279,13 +280,19 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	req := &c.req
 	e := parseExt(req.LocalEECN)
 	mtu := verbs.MTU(req.PathMTU)
-	if userMTU != 0 && userMTU < mtu {
+	limit, why := userMTU, "the accept's"
+	if port, _ := m.dev.QueryPort(1); limit == 0 || port.ActiveMTU < limit {
+		limit, why = port.ActiveMTU, "the device's active"
+	}
+	if limit < mtu {
 		if !e.ok {
+			// IB CM has no field for a REP to lower the path MTU: a standard requester
+			// uses its own (Linux's passive side fails its QP's RTR transition then).
 			c.reject(mad.RejInvalidMTU, nil)
 			m.mu.Unlock()
-			return nil, fmt.Errorf("cm: Accept: the requester's path MTU %d is above %d and it cannot lower it", mtu.Bytes(), userMTU.Bytes())
+			return nil, fmt.Errorf("cm: Accept: the requester's path MTU %d is above %s MTU %d, and a standard peer cannot lower it", mtu.Bytes(), why, limit.Bytes())
 		}
-		mtu = userMTU
+		mtu = limit
 	}
 	o.MTU = mtu
 	o.MaxRdAtomic = min(o.MaxRdAtomic, req.ResponderResources, req.InitiatorDepth)

@@ -192,6 +192,7 @@ type Context struct {
 	dev  *transport.Device
 	pcap *pcap.Writer // the packet capture the device opened (PcapFile, PcapEnv), if any
 	attr DeviceAttr
+	port PortAttr
 	gid  GID
 
 	mu     sync.Mutex
@@ -285,7 +286,9 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	case srcPorts < 0:
 		srcPorts = 0
 	}
+	pattr := portAttr(addr)
 	d, err := transport.Open(transport.Config{
+		MTU:              uint8(pattr.ActiveMTU),
 		Tap:              tap,
 		SourcePorts:      srcPorts,
 		Queues:           queues,
@@ -311,6 +314,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 		return nil, fmt.Errorf("verbs: open device: %w", err)
 	}
 	c.dev = d
+	c.port = pattr
 	c.events.init()
 	ip16 := addr.As16()
 	c.attr = DeviceAttr{

@@ -9,3 +9,11 @@ func WithFilter(cfg DeviceConfig, f netio.FilterFunc) DeviceConfig {
 	cfg.filter = f
 	return cfg
 }
+
+// SetLink makes c's port as if its address were on interface name of IP MTU mtu.
+func SetLink(c *Context, name string, mtu int) {
+	c.port.Interface, c.port.LinkMTU, c.port.ActiveMTU = name, mtu, activeMTU(mtu)
+}
+
+// ActiveMTU is the active MTU a port derives from its link's MTU.
+var ActiveMTU = activeMTU

@@ -365,6 +365,11 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 		ta.Peer = netip.AddrPortFrom(ah.DGID.Addr(), port)
 		ta.PeerSrcPort = ah.SrcPort
 	}
+	if mask&QPAttrPathMTU != 0 && q.init.QPType != QPTypeUD {
+		if err := q.pd.ctx.checkPathMTU(attr.PathMTU); err != nil {
+			return fmt.Errorf("verbs: ModifyQP: %w", err)
+		}
+	}
 	if mask&QPAttrPort != 0 && attr.PortNum == 0 {
 		return fmt.Errorf("verbs: ModifyQP: %w: port_num 0 (the device's port is 1)", ErrInvalid)
 	}

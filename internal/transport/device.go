@@ -20,6 +20,9 @@ import (
 type Config struct {
 	// Local is the device's IP address and UDP port (port 0: ephemeral).
 	Local netip.AddrPort
+	// MTU is the port's active MTU (wire.MTU256..MTU4096; 0: MTU4096): a UD message's
+	// size limit. The verbs layer keeps RC path MTUs at or below it.
+	MTU uint8
 	// Faults and FaultFilter are applied to outgoing datagrams (see netio).
 	Faults      netio.Faults
 	FaultFilter netio.FilterFunc
@@ -144,6 +147,9 @@ const (
 
 // Open creates the device and starts its receive and timer goroutines.
 func Open(cfg Config) (*Device, error) {
+	if wire.MTUBytes(cfg.MTU) == 0 {
+		cfg.MTU = wire.MTU4096
+	}
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
 	}
@@ -290,6 +296,14 @@ func (d *Device) Close() error {
 	}
 	for _, u := range d.queues {
 		u.timers.stop()
+	}
+	// ACKs held back for messages already completed here go out before the sockets close
+	// (see QP.Destroy): a program that closes the device without destroying its QPs
+	// first must not leave its peer's last messages unacknowledged.
+	for _, u := range d.queues {
+		u.rxMu.Lock()
+		u.flushDeferred()
+		u.rxMu.Unlock()
 	}
 	err := d.conn.Close()
 	for _, u := range d.queues[1:] {

@@ -167,7 +167,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	}
 	q.mode = q.initialMode()
 	if c.Service == ServiceUD {
-		q.mtu = uint32(wire.MTUBytes(wire.MTU4096)) // a UD message is one packet of up to the port's MTU
+		q.mtu = uint32(wire.MTUBytes(d.cfg.MTU)) // a UD message is one packet of up to the port's MTU
 	}
 	q.mu.rank = rankQP
 	q.txIdle.L = &q.mu
@@ -218,6 +218,14 @@ func (q *QP) Device() *Device { return q.dev }
 // goroutine is sending its packets (which reference registered memory).
 func (q *QP) Destroy() {
 	q.mu.Lock()
+	// An ACK held back to ride along with the next send (ackDelay) is owed for messages
+	// this side has already completed: it goes out now. Dropped, it would leave the peer's
+	// last SEND or WRITE unacknowledged, to end in its retry-exceeded error once this QP is
+	// gone (ibv_rc_pingpong's server: the client destroys its QP as soon as the server's
+	// last SEND completes there).
+	if q.resp.ackDeferred && q.state != StateReset && q.state != StateErr {
+		q.flushAckRelock() // releases and retakes q.mu
+	}
 	q.destroyed = true
 	q.state = StateReset
 	for q.txOwner {
