@@ -38,6 +38,34 @@
 // carries it only in answer to a REQ that did, so a standard requester sees the field as
 // IBTA has it, zero.
 //
+// # UD services (SIDR)
+//
+// rdma_cm's UDP port space (RDMA_PS_UDP: service IDs 0x01110000 | port) has no
+// connections: ResolveUD (rdma_connect on a UDP id) sends a ServiceIDResolutionRequest
+// (SIDR_REQ) with the same addressing header (so 180 bytes of user private data), and a
+// UDListener's request, answered with Accept (rdma_accept) or Reject (rdma_reject), sends
+// back a ServiceIDResolutionResponse (SIDR_REP) with the UD QP's number and Q_Key
+// (UDPQKey, 0x01234567, as rdma_cm's UD QPs have it) and 136 bytes of private data.
+//
+//	l, _ := cm.ListenUD(dev, 7174)                      // server: answer with a UD QP
+//	req, _ := l.Accept(ctx)
+//	_ = req.Accept(udQP, &cm.UDAcceptParams{PrivateData: []byte("welcome")})
+//
+//	rem, err := cm.ResolveUD(ctx, dev, netip.MustParseAddrPort("127.0.0.2:7174"), nil)
+//	ah, _ := pd.CreateAH(&rem.AHAttr)                   // client: send to rem.QPN, rem.QKey
+//
+// The request is resent after the response timeout (ErrTimeout after the retries); a
+// status other than success is a *SIDRError (errors.Is ErrRejected, and ErrNoListener for
+// "service ID not supported", what a CM with nothing listening on the port answers).
+// The listener answers a duplicate of an answered request with the same answer for a
+// while, and drops one that the application has not answered yet (SIDR has no MRA);
+// resolutions count against MaxREQInFlight with connection requests. A softrnic
+// requester marks its SIDR_REQ in the reserved field after the P_Key, which a standard
+// CM does not read, and is answered at the port it sent from; a standard one at
+// RoCEv2Port. The answer is taken only with the request's request, transaction and
+// service IDs, from the address it was sent to (exactly its port if that is not
+// RoCEv2Port, where only a softrnic device listens).
+//
 // # The state machine
 //
 // A ConnectRequest is resent when no answer came within the CM response timeout, up to

@@ -52,6 +52,7 @@ type manager struct {
 	peers     map[netip.AddrPort]*peer
 	stats     Stats
 	out       [mad.Size]byte // scratch for messages sent once (mu held)
+	sidr      *sidrTable     // service ID resolution (sidr.go), made on first use
 }
 
 // remoteKey names a peer's communication ID or QP number at its device.
@@ -223,6 +224,16 @@ func (m *manager) HandleMAD(src netip.AddrPort, srcQP uint32, b []byte) {
 		if _, err := mad.Decode(b, &drep); err == nil {
 			ok = m.onDREP(src, &drep)
 		}
+	case mad.AttrSIDRREQ:
+		var r mad.SIDRREQ
+		if _, err := mad.Decode(b, &r); err == nil {
+			ok = m.onSIDRREQ(src, h.TID, &r)
+		}
+	case mad.AttrSIDRREP:
+		var r mad.SIDRREP
+		if _, err := mad.Decode(b, &r); err == nil {
+			ok = m.onSIDRREP(src, h.TID, &r)
+		}
 	}
 	if !ok {
 		m.stats.Dropped++
@@ -279,6 +290,7 @@ func (m *manager) Closing() {
 	for _, l := range m.listeners {
 		l.closeLocked()
 	}
+	m.closeSIDR()
 	for _, p := range m.peers {
 		p.timer.Stop()
 	}

@@ -55,6 +55,13 @@ func fill(rng *rand.Rand, m Message) {
 	case *DREP:
 		*m = DREP{LocalCommID: r32(32), RemoteCommID: r32(32)}
 		priv(m.PrivateData[:])
+	case *SIDRREQ:
+		*m = SIDRREQ{RequestID: r32(32), PKey: uint16(rng.UintN(1 << 16)), Reserved: uint16(rng.UintN(1 << 16)), ServiceID: rng.Uint64()}
+		priv(m.PrivateData[:])
+	case *SIDRREP:
+		*m = SIDRREP{RequestID: r32(32), Status: r8(8), InfoLength: uint8(rng.IntN(SIDRREPInfoLen + 1)), QPN: r32(24), ServiceID: rng.Uint64(), QKey: r32(32)}
+		priv(m.Info[:])
+		priv(m.PrivateData[:])
 	}
 }
 
@@ -62,7 +69,7 @@ func messages() []func() Message {
 	return []func() Message{
 		func() Message { return new(REQ) }, func() Message { return new(MRA) }, func() Message { return new(REJ) },
 		func() Message { return new(REP) }, func() Message { return new(RTU) }, func() Message { return new(DREQ) },
-		func() Message { return new(DREP) },
+		func() Message { return new(DREP) }, func() Message { return new(SIDRREQ) }, func() Message { return new(SIDRREP) },
 	}
 }
 

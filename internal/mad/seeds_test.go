@@ -49,5 +49,9 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	Put(rej[:], 1, &REJ{InfoLength: REJInfoLen})
 	rej[HeaderLen+9] = 0xFE // info length 127
 	write("REJ-info-too-long", rej[:])
+	var sidr [Size]byte
+	Put(sidr[:], 1, &SIDRREP{InfoLength: SIDRREPInfoLen})
+	sidr[HeaderLen+5] = SIDRREPInfoLen + 1
+	write("SIDR_REP-info-too-long", sidr[:])
 	fmt.Println("wrote", dir)
 }

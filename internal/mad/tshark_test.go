@@ -21,7 +21,9 @@ func gsiPacket(src, dst netip.AddrPort, mad []byte) []byte {
 
 // Wireshark's InfiniBand dissector, which nobody here wrote, reads softrnic's CM MADs as
 // CM messages: the attribute of each, REQ fields where IBTA puts them, rdma_cm's IP
-// addressing header in the REQ's private data, and nothing malformed.
+// addressing header in the REQ's private data, and nothing malformed. (Wireshark 4.0
+// names SIDR_REQ and SIDR_REP by their attributes but does not dissect their fields:
+// TestSIDRLayout checks those against IBTA's tables.)
 func TestTsharkDecodesCM(t *testing.T) {
 	src, dst := netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.2:4791")
 	req := REQ{LocalCommID: 0x11223344, ServiceID: ServiceID(7471), LocalQKey: 0, LocalQPN: 0xABCDE, ResponderResources: 16,
@@ -29,6 +31,8 @@ func TestTsharkDecodesCM(t *testing.T) {
 		PKey: 0xFFFF, PathMTU: 3, RNRRetryCount: 7, MaxCMRetries: 15}
 	req.Primary = Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: GID(src.Addr()), RemoteGID: GID(dst.Addr()), HopLimit: 64, LocalACKTimeout: 14}
 	(&CMAHeader{SrcPort: 40000, Src: src.Addr(), Dst: dst.Addr()}).Put(req.PrivateData[:])
+	sidrReq := SIDRREQ{RequestID: 0x55667788, PKey: 0xFFFF, ServiceID: UDPServiceID(7174)}
+	(&CMAHeader{SrcPort: 40001, Src: src.Addr(), Dst: dst.Addr()}).Put(sidrReq.PrivateData[:])
 	msgs := []Message{&req,
 		&MRA{LocalCommID: 2, RemoteCommID: 0x11223344, MessageMRAed: MsgREQ, ServiceTimeout: 20},
 		&REJ{LocalCommID: 2, RemoteCommID: 0x11223344, MessageRejected: MsgREQ, Reason: RejConsumerReject},
@@ -36,6 +40,8 @@ func TestTsharkDecodesCM(t *testing.T) {
 		&RTU{LocalCommID: 0x11223344, RemoteCommID: 2},
 		&DREQ{LocalCommID: 0x11223344, RemoteCommID: 2, RemoteQPN: 0x12345},
 		&DREP{LocalCommID: 2, RemoteCommID: 0x11223344},
+		&sidrReq,
+		&SIDRREP{RequestID: 0x55667788, Status: SIDRSuccess, QPN: 0x12345, ServiceID: UDPServiceID(7174), QKey: UDPQKey},
 	}
 	var frames [][]byte
 	for i, m := range msgs {
