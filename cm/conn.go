@@ -10,7 +10,7 @@ import (
 )
 
 // state is where a connection is in the CM state machine (IBTA 12.9, simplified to the
-// states a CM without alternate paths and SIDR has).
+// states a connection without alternate paths has; UD services resolve in sidr.go).
 type state uint8
 
 const (

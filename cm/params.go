@@ -2,6 +2,8 @@ package cm
 
 import (
 	"math/bits"
+
+	"github.com/softrnic/softrnic/internal/mad"
 	"time"
 
 	"github.com/softrnic/softrnic/verbs"
@@ -34,7 +36,7 @@ func clampWait(d time.Duration) time.Duration { return min(max(d, minWait), maxW
 // IBTA): a mark, the weakly-ordered offer (REQ) or choice (REP), log2 of weak mode's
 // largest hole, and (REP) the path MTU chosen.
 const (
-	extMark     = 1 << 23
+	extMark     = mad.SoftrnicEECNMark
 	extWeak     = 1 << 22
 	extMTUShift = 8
 	extHoleMask = 0x1F

@@ -100,11 +100,6 @@ func SIDRCounters(dev *verbs.Context) SIDRStats {
 // longer than Linux's interval between resends (4.096 s).
 var sidrTimewait = 10 * time.Second
 
-// sidrMark is what a softrnic requester puts in the SIDR_REQ's reserved field: the
-// listener then answers it at the port it sent from (its device port), where a standard
-// peer is answered at RoCEv2Port.
-const sidrMark = 0x5352
-
 // sidrTable is a device's SIDR state, guarded by its manager's mu.
 type sidrTable struct {
 	listeners map[uint16]*UDListener
@@ -231,7 +226,7 @@ func ResolveUD(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, p
 	o := &sidrOut{m: m, id: m.newSIDRID(), tid: randUint64(), peer: peer, serviceID: mad.UDPServiceID(remote.Port()),
 		timeout: timeout, maxRetries: (&DialParams{MaxRetries: p.MaxRetries}).retries(), done: make(chan struct{})}
 	st.out[o.id] = o
-	req := mad.SIDRREQ{RequestID: o.id, PKey: 0xFFFF, Reserved: sidrMark, ServiceID: o.serviceID}
+	req := mad.SIDRREQ{RequestID: o.id, PKey: 0xFFFF, Reserved: mad.SoftrnicSIDRMark, ServiceID: o.serviceID}
 	local := m.local.Addr()
 	h := mad.CMAHeader{SrcPort: m.local.Port(), Src: local, Dst: peer.Addr()}
 	h.Put(req.PrivateData[:])
@@ -529,7 +524,7 @@ func (in *sidrIn) forget() {
 // onSIDRREQ: a resolution request, new or resent (mu held).
 func (m *manager) onSIDRREQ(src netip.AddrPort, tid uint64, r *mad.SIDRREQ) bool {
 	st := m.sidrs()
-	peer := peerOf(src, r.Reserved == sidrMark)
+	peer := peerOf(src, r.FromSoftrnic())
 	key := remoteKey{peer, r.RequestID}
 	if in := st.in[key]; in != nil {
 		// A duplicate: the answer, if there is one already, was lost; with none yet the

@@ -356,7 +356,7 @@ func TestUDListenerDuplicatesAndChecks(t *testing.T) {
 	for i, c := range []struct {
 		from, answerAt netip.AddrPort
 		mark           uint16
-	}{{linux, netip.AddrPortFrom(linux.Addr(), RoCEv2Port), 0}, {soft, soft, sidrMark}} {
+	}{{linux, netip.AddrPortFrom(linux.Addr(), RoCEv2Port), 0}, {soft, soft, mad.SoftrnicSIDRMark}} {
 		id := uint32(0x100 + i)
 		req := mk(id, c.from, c.mark)
 		r.handle(c.from, 77, req)

@@ -160,15 +160,38 @@ func (g *gsi) handle(i int, e *transport.CQE) {
 		(*h).HandleMAD(from, e.SrcQP, slot[transport.GRHLen:])
 		return
 	}
-	var req mad.REQ
-	hdr, err := mad.Decode(slot[transport.GRHLen:], &req)
+	// Nobody listens: a connection request is rejected with "invalid service ID", a
+	// service ID resolution answered "not supported", as Linux's CM does.
+	var out [mad.Size]byte
+	b := slot[transport.GRHLen:]
+	hdr, err := mad.DecodeHeader(b)
 	if err != nil || hdr.Method != mad.MethodSend {
 		return
 	}
-	// Nobody listens: reject with "invalid service ID", naming the request's comm ID.
-	rej := mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: mad.MsgREQ, Reason: mad.RejInvalidServiceID}
-	var out [mad.Size]byte
-	mad.Put(out[:], hdr.TID, &rej)
+	soft := false
+	switch hdr.AttrID {
+	case mad.AttrREQ:
+		var req mad.REQ
+		if _, err := mad.Decode(b, &req); err != nil {
+			return
+		}
+		soft = req.FromSoftrnic()
+		mad.Put(out[:], hdr.TID, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: mad.MsgREQ, Reason: mad.RejInvalidServiceID})
+	case mad.AttrSIDRREQ:
+		var req mad.SIDRREQ
+		if _, err := mad.Decode(b, &req); err != nil {
+			return
+		}
+		soft = req.FromSoftrnic()
+		mad.Put(out[:], hdr.TID, &mad.SIDRREP{RequestID: req.RequestID, Status: mad.SIDRUnsupported, ServiceID: req.ServiceID})
+	default:
+		return
+	}
+	// A softrnic device listens on the port it sent from; a standard peer sends from a
+	// port of its own and listens on 4791 only.
+	if !soft {
+		from = netip.AddrPortFrom(from.Addr(), DefaultPort)
+	}
 	_ = g.SendMAD(from, e.SrcQP, out[:])
 }
 

@@ -9,8 +9,9 @@ import (
 )
 
 // Every device answers CM MADs on QP1: a ConnectRequest for a service nobody listens on
-// is rejected with "invalid service ID", to the sender's QP and port, with the request's
-// transaction and communication IDs; a MAD that is not a REQ gets no answer.
+// is rejected with "invalid service ID", a service ID resolution answered "not
+// supported", to the sender's QP and (a softrnic sender's) port, with the request's
+// transaction and communication or request IDs; a MAD that is neither gets no answer.
 func TestQP1RejectsWithoutListener(t *testing.T) {
 	r := newUDRig(t)
 	qp := verbstest.NewUDQP(t, r.pd[0], r.cq[0], mad.GSIQKey)
@@ -38,7 +39,7 @@ func TestQP1RejectsWithoutListener(t *testing.T) {
 	}
 	// An RTU first: no answer. Then a REQ: a REJ.
 	send(&mad.RTU{LocalCommID: 5, RemoteCommID: 6}, 0x1, false)
-	send(&mad.REQ{LocalCommID: 0xC0FFEE, ServiceID: mad.ServiceID(7471), LocalQPN: qp.QPNum()}, 0x77, true)
+	send(&mad.REQ{LocalCommID: 0xC0FFEE, ServiceID: mad.ServiceID(7471), LocalQPN: qp.QPNum(), LocalEECN: mad.SoftrnicEECNMark}, 0x77, true)
 	if answer == nil {
 		t.Fatal("no answer to the REQ")
 	}
@@ -50,6 +51,17 @@ func TestQP1RejectsWithoutListener(t *testing.T) {
 	h, err := mad.Decode(buf.Buf()[verbs.GRHLen:verbs.GRHLen+mad.Size], &rej)
 	if err != nil || h.TID != 0x77 || rej.RemoteCommID != 0xC0FFEE || rej.Reason != mad.RejInvalidServiceID || rej.MessageRejected != mad.MsgREQ {
 		t.Fatalf("answer %+v %+v (%v), want a REJ of the REQ for an invalid service ID", h, rej, err)
+	}
+	answer = nil
+	verbstest.MustPostRecv(t, qp, verbs.RecvWR{WRID: 2, SGList: verbstest.SGL(buf, 0, 2048)})
+	send(&mad.SIDRREQ{RequestID: 0xD00D, PKey: 0xFFFF, Reserved: mad.SoftrnicSIDRMark, ServiceID: mad.UDPServiceID(7174)}, 0x78, true)
+	if answer == nil {
+		t.Fatal("no answer to the SIDR_REQ")
+	}
+	var rep mad.SIDRREP
+	h, err = mad.Decode(buf.Buf()[verbs.GRHLen:verbs.GRHLen+mad.Size], &rep)
+	if err != nil || h.TID != 0x78 || rep.RequestID != 0xD00D || rep.Status != mad.SIDRUnsupported || rep.ServiceID != mad.UDPServiceID(7174) {
+		t.Fatalf("answer %+v %+v (%v), want a SIDR_REP of the request: not supported", h, rep, err)
 	}
 	verbstest.ExpectEmpty(t, r.cq[0], "a second answer")
 }

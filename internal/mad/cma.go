@@ -89,3 +89,20 @@ func DecodeCMAHeader(b []byte) (CMAHeader, error) {
 
 // GID returns the GID of an IP address as RoCEv2 uses it (IPv4-mapped for IPv4).
 func GID(a netip.Addr) [16]byte { return a.As16() }
+
+// softrnic marks its own requests in fields a standard CM does not read, so that the
+// receiving side knows to answer at the port the request came from (a softrnic device's
+// port, which may be any) rather than at 4791, where a standard peer listens.
+const (
+	// SoftrnicEECNMark is the bit of a REQ's or REP's Local EECN (reserved for RC) that
+	// says the rest of the field is softrnic's extension (package cm).
+	SoftrnicEECNMark = 1 << 23
+	// SoftrnicSIDRMark is a softrnic SIDR_REQ's reserved field after the P_Key.
+	SoftrnicSIDRMark = 0x5352
+)
+
+// FromSoftrnic reports whether the request carries softrnic's mark.
+func (r *REQ) FromSoftrnic() bool { return r.LocalEECN&SoftrnicEECNMark != 0 }
+
+// FromSoftrnic reports whether the request carries softrnic's mark.
+func (r *SIDRREQ) FromSoftrnic() bool { return r.Reserved == SoftrnicSIDRMark }
