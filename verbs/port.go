@@ -129,3 +129,8 @@ func (c *Context) checkPathMTU(m MTU) error {
 	}
 	return fmt.Errorf("%w: path MTU %d is above the port's active MTU %d", ErrInvalid, m.Bytes(), c.port.ActiveMTU.Bytes())
 }
+
+// ActiveMTUFor returns the active MTU that a device opened at addr would report (see
+// PortAttr): for tools that announce an MTU before they open the device, as perftest's
+// exchange does.
+func ActiveMTUFor(addr netip.Addr) MTU { return portAttr(addr.Unmap()).ActiveMTU }

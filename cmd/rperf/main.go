@@ -11,9 +11,16 @@
 // devices' QP1) instead of by exchanging QP numbers and PSNs over the control connection,
 // and disconnected through it after the test. Client and server must both use --cm.
 //
-// Tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_lat. Bandwidth is in
-// MiB/s; latency in microseconds (one way for send_lat and write_lat, the whole operation
-// for read_lat and atomic_lat), as perftest reports them.
+// With --perftest the client speaks perftest's own exchange and runs perftest's traffic,
+// so that its server may be perftest's tool (ib_write_bw etc., e.g. on Linux rxe); the
+// server speaks it to any client that does (perftest's tools, rperf --perftest), and
+// rperf's own protocol to rperf clients without --perftest. Both sides then take their
+// parameters from their own flags, as perftest's do, and print perftest's table
+// (PERFTEST.md).
+//
+// Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat.
+// Bandwidth is in MiB/s; latency in microseconds (one way for send_lat and write_lat, the
+// whole operation for read_lat and atomic_lat), as perftest reports them.
 package main
 
 import (
@@ -51,25 +58,32 @@ func main() {
 		fmt.Fprintf(fs.Output(), `usage:
   rperf                      run the loopback suite
   rperf TEST --loopback      run one test in this process
-  rperf TEST                 serve one client (TCP port %d)
+  rperf TEST                 serve one client (TCP port %d): an rperf client in rperf's own
+                             protocol, any other (perftest's ib_TEST, rperf --perftest) in perftest's
   rperf TEST HOST            run TEST against the server on HOST
   ... --cm                   connect the QPs through the connection manager (both sides)
+  ... --perftest             speak perftest's exchange: the peer may be perftest's ib_TEST (client
+                             or server); each side then takes -s, -n, -a, --qps from its own flags
 tests: %s
 flags:
 `, perf.DefaultControlPort, strings.Join(perf.Tests, " "))
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.size, "s", "", "message size in bytes (suffixes K, M; default 65536 for _bw, 8 for _lat)")
-	fs.IntVar(&o.cfg.Iters, "n", 0, "iterations (default 5000 for _bw, 10000 for _lat)")
-	fs.BoolVar(&o.all, "a", false, "run all sizes from 2 B to 8 MiB")
-	fs.IntVar(&o.cfg.MTU, "mtu", 4096, "path MTU: 256, 512, 1024, 2048 or 4096")
+	fs.StringVar(&o.size, "s", "", "message size in bytes (suffixes K, M; default 65536 for _bw, 8 for _lat; with --perftest 2 for _lat)")
+	fs.IntVar(&o.cfg.Iters, "n", 0, "iterations (default 5000 for _bw, 10000 for _lat; with --perftest perftest's: 5000 for write_bw, 1000 for the others)")
+	fs.BoolVar(&o.all, "a", false, "run all sizes from 2 B to 8 MiB (with --perftest in one connection, as perftest's -a; both sides)")
+	fs.IntVar(&o.cfg.MTU, "mtu", 4096, "path MTU: 256, 512, 1024, 2048 or 4096 (with --perftest: this side's offer, default the link's active MTU; the smaller of the two sides' is used)")
+	fs.BoolVar(&o.cfg.Perftest, "perftest", false, "speak perftest's exchange (its tools are the peer: ib_write_bw etc.); the device listens on UDP 4791")
+	fs.IntVar(&o.cfg.CQMod, "cq-mod", 0, "with --perftest: signal every Nth work request (perftest's -Q; default 100, 1 above 8 KiB)")
+	fs.IntVar(&o.cfg.RxDepth, "rx-depth", 0, "with --perftest: receives posted ahead in send_bw and send_lat (perftest's -r; default 512, at most -n)")
+	fs.StringVar(&o.cfg.AtomicType, "atomic-type", "", "with --perftest: FETCH_AND_ADD (default) or CMP_AND_SWAP (perftest's -A)")
 	fs.IntVar(&o.cfg.QPs, "qps", 1, "number of queue pairs (bandwidth tests)")
 	fs.IntVar(&o.cfg.Threads, "t", 1, "goroutines driving the client's QPs in the bandwidth tests, each with QPs and a CQ of its own (QP i: thread i mod t; at most --qps)")
 	fs.IntVar(&o.cfg.Threads, "threads", 1, "the same as -t")
 	fs.IntVar(&o.cfg.Queues, "queues", 0, "receive queues per device, each a socket with its own goroutines, packets steered by QP (default: one per two processors of GOMAXPROCS, at most 8; a client's applies to the server too, unless the server was given its own)")
 	fs.BoolVar(&o.cfg.Events, "e", false, "bandwidth tests: the client sleeps on its CQ's completion channel when it has nothing to post, instead of busy-polling (perftest's -e)")
 	fs.BoolVar(&o.cfg.Events, "events", false, "the same as -e")
-	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
+	fs.IntVar(&o.cfg.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests; with --perftest perftest's -t: 128 for _bw, 1 for _lat, at most -n)")
 	fs.BoolVar(&o.cfg.Check, "check", false, "verify every byte received or read")
 	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per result")
@@ -100,6 +114,18 @@ flags:
 		args = fs.Args()[1:]
 	}
 	o.cfg.Timeout = uint8(timeout)
+	// A server answers perftest clients in perftest's exchange with its own flags, whose
+	// defaults are then perftest's: leave the ones not given at zero.
+	if o.cfg.Perftest || len(pos) == 1 && !o.loopback {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if !given["mtu"] {
+			o.cfg.MTU = 0
+		}
+		if !given["tx-depth"] {
+			o.cfg.TxDepth = 0
+		}
+	}
 	switch *ordering {
 	case "ordered", "strict":
 		o.cfg.Ordering = verbs.OrderingOrdered
@@ -188,6 +214,9 @@ func parseSize(s string) (int, error) {
 	return n * mult, nil
 }
 
+// allSizes is how many sizes -a runs: 2 B to 8 MiB.
+const allSizes = 23
+
 // suite is what rperf runs with no arguments: each test once, short.
 var suite = []perf.Config{
 	{Test: "write_bw", Size: 65536, Iters: 20000},
@@ -195,6 +224,7 @@ var suite = []perf.Config{
 	{Test: "read_bw", Size: 65536, Iters: 20000},
 	{Test: "send_bw", Size: 65536, Iters: 20000},
 	{Test: "send_bw", Size: 8, Iters: 200000},
+	{Test: "atomic_bw", Size: 8, Iters: 20000},
 	{Test: "write_lat", Size: 8, Iters: 20000},
 	{Test: "read_lat", Size: 8, Iters: 20000},
 	{Test: "send_lat", Size: 8, Iters: 20000},
@@ -211,6 +241,7 @@ func run(o *options, pos []string) error {
 		devAddr = a
 	}
 	printer := newPrinter(o)
+	defer printer.finish()
 	if len(pos) == 0 {
 		via := ""
 		if o.cfg.CM {
@@ -220,6 +251,9 @@ func run(o *options, pos []string) error {
 		for _, c := range suite {
 			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll, c.Ordering, c.CM = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll, o.cfg.Ordering, o.cfg.CM
 			c.Capture = o.cfg.Capture
+			if o.cfg.Perftest {
+				c.Perftest, c.MTU = true, o.cfg.MTU
+			}
 			if o.cfg.Iters > 0 {
 				c.Iters = o.cfg.Iters
 			}
@@ -235,6 +269,12 @@ func run(o *options, pos []string) error {
 		return fmt.Errorf("too many arguments: %q", pos)
 	}
 	o.cfg.Test = pos[0]
+	if o.cfg.Perftest || len(pos) == 1 && !o.loopback {
+		// perftest's -a is one connection through every size; a server may find a
+		// perftest client.
+		o.cfg.AllSizes = o.all
+		return runPerftestable(o, pos, devAddr, printer)
+	}
 	sizes := []int{o.cfg.Size}
 	if o.all {
 		sizes = nil
@@ -253,14 +293,6 @@ func run(o *options, pos []string) error {
 		switch {
 		case o.loopback:
 			r, err = perf.RunLoopback(c, perf.DefaultAddrs, o.stats)
-		case len(pos) == 1:
-			c.Defaults()
-			via := ""
-			if c.CM {
-				via = fmt.Sprintf(" (QPs through the connection manager, service port %d)", o.port)
-			}
-			fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d%s\n", c.Test, o.port, via)
-			r, err = perf.ServeOnce(c, fmt.Sprintf(":%d", o.port), devAddr, o.stats, nil)
 		default:
 			r, err = perf.RunClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
 		}
@@ -272,10 +304,77 @@ func run(o *options, pos []string) error {
 	return nil
 }
 
+// runPerftestable runs what may speak perftest's exchange: a server (which serves rperf
+// clients in rperf's own mode and any other in perftest's), a client with --perftest, or
+// --perftest --loopback.
+func runPerftestable(o *options, pos []string, devAddr netip.Addr, printer *printer) error {
+	c := o.cfg
+	var rs []perf.Result
+	var err error
+	switch {
+	case o.loopback:
+		var srv []perf.Result
+		rs, srv, err = perf.PerftestLoopback(c, perf.DefaultAddrs, o.stats)
+		if err == nil && len(srv) > 0 && !o.json {
+			fmt.Fprintf(os.Stderr, "rperf: the server reported:\n")
+			for _, r := range srv {
+				fmt.Fprintln(os.Stderr, r.PerftestRow())
+			}
+		}
+	case len(pos) == 1:
+		how := "rperf clients in rperf's protocol, others in perftest's"
+		switch {
+		case c.Perftest:
+			how = "perftest's exchange"
+		case c.CM:
+			how += fmt.Sprintf("; with rperf clients QPs through the connection manager, service port %d", o.port)
+		}
+		// An rperf client with -a connects once per size (23 of them); a perftest client
+		// goes through every size in one connection.
+		for i, n := 0, 1; i < n; i++ {
+			ready := func(net.Addr) { // listening: a client may connect from now on
+				fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d (%s)\n", c.Test, o.port, how)
+			}
+			rs, err := perf.Serve(c, fmt.Sprintf(":%d", o.port), devAddr, o.stats, ready)
+			if err != nil {
+				return err
+			}
+			if len(rs) > 0 && rs[0].Perftest && rs[0].Measured == "client" && !o.json {
+				fmt.Fprintln(os.Stderr, "rperf: the client's report (perftest's server prints it):")
+			}
+			for _, r := range rs {
+				printer.print(r)
+			}
+			if i == 0 && o.all && len(rs) > 0 && !rs[0].Perftest {
+				n = allSizes
+			}
+		}
+		return nil
+	default:
+		rs, err = perf.PerftestClient(c, net.JoinHostPort(pos[1], strconv.Itoa(o.port)), devAddr, o.stats)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		printer.print(r)
+	}
+	return nil
+}
+
 type printer struct {
 	o      *options
 	header bool
 	enc    *json.Encoder
+	// ptTitle is the perftest title printed last (perftest mode's results), "" if none.
+	ptTitle string
+}
+
+// finish closes a perftest table with perftest's rule.
+func (p *printer) finish() {
+	if p.ptTitle != "" {
+		fmt.Println(perf.PerftestLine)
+	}
 }
 
 func newPrinter(o *options) *printer {
@@ -312,17 +411,34 @@ func (p *printer) print(r perf.Result) {
 		_ = p.enc.Encode(r)
 		return
 	}
-	if !p.header {
-		fmt.Println(perf.Header())
-		p.header = true
+	switch title := perf.PerftestTitle(r.Test, p.o.cfg.AtomicType); {
+	case r.Passive: // perftest mode's read_lat and atomic_lat servers: no figures
+	case r.Perftest && title != p.ptTitle:
+		// perftest's title and column titles; the rows below are as perftest prints them.
+		fmt.Println(perf.PerftestLine)
+		fmt.Printf("%s (rperf, peer version %s, MTU %d)\n", title, r.PeerVersion, r.MTU)
+		fmt.Println(perf.PerftestLine)
+		fmt.Println(perf.PerftestHeader(r.Test))
+		p.ptTitle = title
+		fmt.Println(r.PerftestRow())
+	case r.Perftest:
+		fmt.Println(r.PerftestRow())
+	default:
+		if !p.header {
+			fmt.Println(perf.Header())
+			p.header = true
+		}
+		fmt.Println(r.Row())
 	}
-	fmt.Println(r.Row())
 	if p.o.stats && r.Counters != nil {
 		for _, side := range []struct {
 			name string
 			c    verbs.Counters
 		}{{"client", r.Counters.Client}, {"server", r.Counters.Server}} {
 			c := side.c
+			if c.TxPackets == 0 && c.RxPackets == 0 && r.Perftest {
+				continue // perftest mode: the peer's counters are not exchanged
+			}
 			fmt.Printf("  %-6s tx %d pkts %d B, rx %d pkts %d B, retransmits %d, NAKs sent/recv %d/%d, RNR NAKs sent/recv %d/%d, dup %d, out-of-seq %d, timeouts %d, ICRC err %d, malformed %d, faults lost/reord/dup/corrupt %d/%d/%d/%d, sendmmsg %d, recvmmsg %d, GSO %d, placed as verified %d\n",
 				side.name, c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.Retransmits, c.NAKsSent, c.NAKsReceived,
 				c.RNRNAKsSent, c.RNRNAKsReceived, c.Duplicates, c.OutOfSequence, c.Timeouts, c.ICRCErrors, c.Malformed,

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -60,6 +61,8 @@ func bwThread(s *side, peer Info, t int) error {
 		op = verbs.WRRDMARead
 	case "send_bw":
 		op = verbs.WRSend
+	case "atomic_bw":
+		op = verbs.WRAtomicFetchAndAdd
 	}
 	var mine []int // this thread's QPs
 	total := 0     // and the iterations they carry
@@ -86,7 +89,7 @@ func bwThread(s *side, peer Info, t int) error {
 				it := next[q]
 				slot := s.slotOf(it)
 				sges[n] = s.mr.SGE(slot*c.Size, c.Size)
-				if c.Check && op != verbs.WRRDMARead {
+				if c.Check && (op == verbs.WRRDMAWrite || op == verbs.WRSend) {
 					pattern(s.slot(slot), it)
 				}
 				w := &wrs[n]
@@ -94,6 +97,9 @@ func bwThread(s *side, peer Info, t int) error {
 				if op != verbs.WRSend {
 					w.RemoteAddr = peer.Addr + uint64(slot*c.Size)
 					w.RKey = peer.RKey
+				}
+				if op == verbs.WRAtomicFetchAndAdd {
+					w.CompareAdd = 1 // each slot of the peer counts the atomics that hit it
 				}
 				sinceSig[q]++
 				next[q] += nqp
@@ -189,7 +195,7 @@ func prepareBWServer(s *side) error {
 		for i := 0; i < s.slots; i++ {
 			pattern(s.slot(i), i)
 		}
-	case "write_bw":
+	case "write_bw", "atomic_bw":
 		clear(s.buf)
 	case "send_bw":
 		per := s.perQP()
@@ -245,6 +251,19 @@ func runSendBWServer(s *side) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkAtomicBW verifies the server's buffer after atomic_bw: its slots' counters add
+// up to the iterations.
+func checkAtomicBW(s *side) error {
+	var sum uint64
+	for i := 0; i < s.slots; i++ {
+		sum += binary.LittleEndian.Uint64(s.slot(i))
+	}
+	if sum != uint64(s.cfg.Iters) {
+		return fmt.Errorf("atomic_bw: the server's counters add up to %d, want %d", sum, s.cfg.Iters)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 // Package perf implements rperf's perftest-style benchmarks (write_bw, read_bw, send_bw,
-// write_lat, read_lat, send_lat, atomic_lat) over the verbs API, with both sides in one
-// process (loopback) or in two processes joined by a TCP control connection.
+// atomic_bw, write_lat, read_lat, send_lat, atomic_lat) over the verbs API, with both
+// sides in one process (loopback) or in two processes joined by a TCP control connection:
+// rperf's own (JSON) or perftest's (perftest mode, perftest.go), whose peer may be
+// perftest's tools themselves.
 package perf
 
 import (
@@ -15,7 +17,7 @@ import (
 )
 
 // Tests rperf knows, in suite order.
-var Tests = []string{"write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"}
+var Tests = []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"}
 
 // Config describes one benchmark run.
 type Config struct {
@@ -49,10 +51,34 @@ type Config struct {
 	// (ReqNotifyCQ, GetCQEvent) when it has nothing to post, instead of busy-polling:
 	// perftest's -e. The device's receive goroutines then deliver the completions.
 	Events bool `json:"events,omitempty"`
+
+	// Perftest speaks perftest's exchange instead of rperf's (perftest.go): the peer may be
+	// perftest's own tools. The fields below apply to it.
+	Perftest bool `json:"perftest,omitempty"`
+	// RoCEPort is the UDP port of both devices in perftest mode (0: 4791, where a
+	// standard peer sends; the exchange carries none).
+	RoCEPort int `json:"-"`
+	// CQMod is perftest's -Q: every CQMod-th work request is signaled (0: perftest's
+	// default, 100, or 1 for messages above 8 KiB).
+	CQMod int `json:"cq_mod,omitempty"`
+	// RxDepth is perftest's -r: receives posted ahead in the send tests (0: 512).
+	RxDepth int `json:"rx_depth,omitempty"`
+	// AtomicType is perftest's -A: FETCH_AND_ADD (the default) or CMP_AND_SWAP.
+	AtomicType string `json:"atomic_type,omitempty"`
+	// AllSizes is perftest's -a in perftest mode: every size from 2 B to 8 MiB in one
+	// connection (both sides must use it).
+	AllSizes bool `json:"all_sizes,omitempty"`
+	// allUpTo, if set, ends AllSizes' sizes there instead of 8 MiB (the tests: the
+	// exchange does not depend on the sizes).
+	allUpTo int
 }
 
 // Defaults fills zero fields with perftest's defaults for the test.
 func (c *Config) Defaults() {
+	if c.Perftest {
+		c.perftestDefaults()
+		return
+	}
 	bw := strings.HasSuffix(c.Test, "_bw")
 	if c.Size == 0 {
 		if bw {
@@ -83,7 +109,7 @@ func (c *Config) Defaults() {
 	if c.Timeout == 0 {
 		c.Timeout = 14
 	}
-	if c.Test == "atomic_lat" {
+	if isAtomic(c.Test) {
 		c.Size = 8
 	}
 }
@@ -92,6 +118,9 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	if !slices.Contains(Tests, c.Test) {
 		return fmt.Errorf("unknown test %q (want one of %s)", c.Test, strings.Join(Tests, ", "))
+	}
+	if c.Perftest {
+		return c.validatePerftest()
 	}
 	if _, err := verbs.MTUFromBytes(c.MTU); err != nil {
 		return err
@@ -125,19 +154,23 @@ type Latency struct {
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p999"`
 	Max  float64 `json:"max"`
+	// Stdev is perftest's t_stdev (perftest mode only).
+	Stdev float64 `json:"stdev,omitempty"`
 }
 
 // Result is one benchmark's outcome.
 type Result struct {
-	Test     string   `json:"test"`
-	Ordering string   `json:"ordering"`
-	CM       bool     `json:"cm,omitempty"` // the QPs were connected through the CM
-	Size     int      `json:"size"`
-	Iters    int      `json:"iters"`
-	BW       float64  `json:"bw_MiBps"`
-	MsgRate  float64  `json:"msg_rate_Mpps"`
-	Lat      *Latency `json:"lat_us,omitempty"`
-	Seconds  float64  `json:"seconds"`
+	Test     string  `json:"test"`
+	Ordering string  `json:"ordering"`
+	CM       bool    `json:"cm,omitempty"` // the QPs were connected through the CM
+	Size     int     `json:"size"`
+	Iters    int     `json:"iters"`
+	BW       float64 `json:"bw_MiBps"`
+	MsgRate  float64 `json:"msg_rate_Mpps"`
+	// BWPeak is perftest's "BW peak" (perftest mode; 0 where perftest prints 0.00).
+	BWPeak  float64  `json:"bw_peak_MiBps,omitempty"`
+	Lat     *Latency `json:"lat_us,omitempty"`
+	Seconds float64  `json:"seconds"`
 	// CPU time (user + system) of the process over the measured interval: both sides in a
 	// loopback run, the client's side otherwise; its system part; per GiB of payload and
 	// per data packet.
@@ -147,6 +180,16 @@ type Result struct {
 	CPUPerPacket float64 `json:"cpu_us_per_pkt,omitempty"`
 	Checked      bool    `json:"checked,omitempty"`
 	Counters     *Stats  `json:"counters,omitempty"`
+	// Perftest: the run spoke perftest's exchange. Measured says which side measured the
+	// figures (perftest's write/read/atomic_bw server prints the client's report);
+	// PeerVersion is the version the peer reported; MTU the path MTU both sides settled on.
+	// Passive: this side measured nothing (perftest's read_lat and atomic_lat servers
+	// print no result); the result says the run went through, with its counters.
+	Perftest    bool   `json:"perftest,omitempty"`
+	Measured    string `json:"measured_by,omitempty"`
+	Passive     bool   `json:"passive,omitempty"`
+	PeerVersion string `json:"peer_version,omitempty"`
+	MTU         int    `json:"mtu,omitempty"`
 	// Holes is, for each side of a weakly-ordered run with --stats, the moment with the
 	// most open holes seen while it ran.
 	Holes []HoleSample `json:"holes,omitempty"`

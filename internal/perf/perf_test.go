@@ -13,10 +13,13 @@ import (
 )
 
 // raceSkips reports whether the race run leaves test out: write_lat polls memory a
-// peer's RDMA WRITE lands in, as perftest does, and write_bw's --check reads it; the
-// ordering comes through the network, which the race detector cannot see. (The runs
-// without it test them; the engine's own race run covers what they exercise.)
-func raceSkips(test string) bool { return raceEnabled && strings.HasPrefix(test, "write_") }
+// peer's RDMA WRITE lands in, as perftest does, and write_bw's and atomic_bw's --check
+// read what the peer's operations left; the ordering comes through the network, which
+// the race detector cannot see. (The runs without it test them; the engine's own race
+// run covers what they exercise.)
+func raceSkips(test string) bool {
+	return raceEnabled && (strings.HasPrefix(test, "write_") || test == "atomic_bw")
+}
 
 // TestLoopbackAll runs every test with a few iterations, checking every byte; the
 // bandwidth tests also with two client goroutines (Config.Threads).

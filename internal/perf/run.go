@@ -17,7 +17,7 @@ import (
 // clientRole runs the measuring side.
 func clientRole(s *side, peer Info) (Result, error) {
 	switch s.cfg.Test {
-	case "write_bw", "read_bw", "send_bw":
+	case "write_bw", "read_bw", "send_bw", "atomic_bw":
 		return runBWClient(s, peer)
 	case "send_lat", "write_lat":
 		return runPingPong(s, peer, true)
@@ -37,8 +37,11 @@ func serverRole(s *side, peer Info, done <-chan struct{}) error {
 		return err
 	}
 	<-done
-	if s.cfg.Test == "write_bw" && s.cfg.Check {
+	switch {
+	case s.cfg.Test == "write_bw" && s.cfg.Check:
 		return checkWriteBW(s)
+	case s.cfg.Test == "atomic_bw" && s.cfg.Check:
+		return checkAtomicBW(s)
 	}
 	return nil
 }
@@ -52,7 +55,15 @@ func prepare(s *side) error {
 
 // RunLoopback runs one test with both sides in this process, on devices at addrs[0]
 // (client) and addrs[1] (server). With stats the result carries both devices' counters.
+// With c.Perftest it is PerftestLoopback's client's last result.
 func RunLoopback(c Config, addrs [2]netip.Addr, stats bool) (Result, error) {
+	if c.Perftest {
+		rs, _, err := PerftestLoopback(c, addrs, stats)
+		if err != nil || len(rs) == 0 {
+			return Result{}, err
+		}
+		return rs[len(rs)-1], nil
+	}
 	c.Defaults()
 	if err := c.Validate(); err != nil {
 		return Result{}, err
@@ -168,24 +179,22 @@ func cmMismatch(client bool) error {
 // connected through the connection manager (listening on the control port's number at the
 // device; the client must use --cm too), and, when set, its receive goroutines' busy-poll
 // time and its receive queues (otherwise the client's queues). The device binds to
-// devAddr, or to the address the client connected to if devAddr is not valid.
+// devAddr, or to the address the client connected to if devAddr is not valid. A client
+// that speaks perftest's exchange is served in perftest mode (Serve); the result is then
+// the last one this side reports (none: the zero Result).
 func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready func(net.Addr)) (Result, error) {
+	rs, err := Serve(own, ctlAddr, devAddr, stats, ready)
+	if err != nil || len(rs) == 0 {
+		return Result{}, err
+	}
+	return rs[len(rs)-1], nil
+}
+
+// serveRperf serves an rperf client in rperf's own mode on conn (read through br), with
+// the device at devAddr.
+func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr, stats bool, ctlPort uint16) (Result, error) {
 	test, faults, ordering, useCM := own.Test, own.Faults, own.Ordering, own.CM
-	ln, err := net.Listen("tcp", ctlAddr)
-	if err != nil {
-		return Result{}, err
-	}
-	defer ln.Close()
-	if ready != nil {
-		ready(ln.Addr())
-	}
-	conn, err := ln.Accept()
-	if err != nil {
-		return Result{}, err
-	}
-	defer conn.Close()
-	defer shareHost(conn.RemoteAddr())()
-	enc, dec := json.NewEncoder(conn), json.NewDecoder(bufio.NewReader(conn))
+	enc, dec := json.NewEncoder(conn), json.NewDecoder(br)
 	var h hello
 	if err := dec.Decode(&h); err != nil {
 		return Result{}, fmt.Errorf("control: %w", err)
@@ -210,9 +219,6 @@ func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}
-	if !devAddr.IsValid() {
-		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	}
 	s, err := newSide(&c, nil, devAddr, verbs.AnyPort, nil)
 	if err != nil {
 		return fail(err)
@@ -222,7 +228,7 @@ func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready
 	if useCM {
 		// Listen before the reply tells the client where: its first Dial finds the
 		// listener. Receives are posted (prepare) in INIT, before the handshake.
-		if l, err = cm.Listen(s.ctx, uint16(ln.Addr().(*net.TCPAddr).Port)); err != nil {
+		if l, err = cm.Listen(s.ctx, ctlPort); err != nil {
 			return fail(err)
 		}
 		defer l.Close()
@@ -286,8 +292,16 @@ func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready
 }
 
 // RunClient connects to the server at ctlAddr, runs the test and returns its result. The
-// device binds to devAddr, or to the local address of the control connection.
+// device binds to devAddr, or to the local address of the control connection. With
+// c.Perftest it is PerftestClient's last result.
 func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result, error) {
+	if c.Perftest {
+		rs, err := PerftestClient(c, ctlAddr, devAddr, stats)
+		if err != nil || len(rs) == 0 {
+			return Result{}, err
+		}
+		return rs[len(rs)-1], nil
+	}
 	c.Defaults()
 	if err := c.Validate(); err != nil {
 		return Result{}, err
@@ -298,7 +312,8 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 	}
 	defer conn.Close()
 	defer shareHost(conn.RemoteAddr())()
-	enc, dec := json.NewEncoder(conn), json.NewDecoder(bufio.NewReader(conn))
+	br := bufio.NewReader(conn)
+	enc, dec := json.NewEncoder(conn), json.NewDecoder(br)
 	if !devAddr.IsValid() {
 		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	}
@@ -311,6 +326,10 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 		return Result{}, err
 	}
 	var rep reply
+	if b, err := br.Peek(1); err == nil && b[0] >= '0' && b[0] <= '9' {
+		// A perftest server (or rperf --perftest) took our hello for its version.
+		return Result{}, errors.New("the server speaks perftest's exchange (a perftest tool, or rperf --perftest): run the client with --perftest")
+	}
 	if err := dec.Decode(&rep); err != nil {
 		return Result{}, fmt.Errorf("control: %w", err)
 	}
