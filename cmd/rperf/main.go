@@ -16,7 +16,7 @@
 // server speaks it to any client that does (perftest's tools, rperf --perftest), and
 // rperf's own protocol to rperf clients without --perftest. Both sides then take their
 // parameters from their own flags, as perftest's do, and print perftest's table
-// (PERFTEST.md).
+// (docs/perftest.md).
 //
 // Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat.
 // Bandwidth is in MiB/s; latency in microseconds (one way for send_lat and write_lat, the
