@@ -86,7 +86,8 @@ func TestLinuxRequester(t *testing.T) {
 	const reqPSN = 0x65ec3e
 	req := mad.REQ{LocalCommID: 0x1111, ServiceID: mad.ServiceID(testPort), LocalQPN: 0x11, StartingPSN: reqPSN,
 		TransportType: mad.TransportRC, PathMTU: uint8(verbs.MTU1024), MaxCMRetries: 15, LocalCMResponseTimeout: 20,
-		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
+		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7,
+		Primary: mad.Path{LocalACKTimeout: 19}}
 	h := mad.CMAHeader{SrcPort: 40000, Src: linuxSrc.Addr(), Dst: dev.Addr().Addr()}
 	h.Put(req.PrivateData[:])
 	handle(m, linuxSrc, &req)
@@ -119,6 +120,9 @@ func TestLinuxRequester(t *testing.T) {
 	}
 	if attr.AHAttr.DestPort != RoCEv2Port || attr.AHAttr.SrcPort != 0 {
 		t.Errorf("QP sends to port %d and accepts source port %d; want %d and any (0)", attr.AHAttr.DestPort, attr.AHAttr.SrcPort, RoCEv2Port)
+	}
+	if attr.Timeout != 19 || attr.RetryCnt != 7 || attr.RNRRetry != 7 {
+		t.Errorf("QP's local ACK timeout %d, retries %d, RNR retries %d; want the REQ's 19, 7, 7", attr.Timeout, attr.RetryCnt, attr.RNRRetry)
 	}
 	handle(m, netip.AddrPortFrom(linuxSrc.Addr(), 55411), &mad.RTU{LocalCommID: req.LocalCommID, RemoteCommID: rep.LocalCommID})
 	if err := <-accepted; err != nil {

@@ -247,7 +247,8 @@ type AcceptParams struct {
 	// active MTU) is used if the requester is a softrnic device, else the request is
 	// rejected with ReasonInvalidMTU (IB CM cannot lower a standard peer's path MTU). MaxRdAtomic is lowered to what the
 	// requester offers; Ordering weak is used only if the requester offers it too.
-	// RetryCnt and RNRRetry come from the requester, as with IB CM.
+	// RetryCnt and RNRRetry come from the requester, as with IB CM, and so does Timeout
+	// unless it is set here (the REQ's local ACK timeout for the path).
 	Options verbs.ConnectOptions
 	// KeepAlive is how often the peer device is probed once connected
 	// (DefaultKeepAlive; negative: never).
@@ -297,6 +298,11 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	o.MTU = mtu
 	o.MaxRdAtomic = min(o.MaxRdAtomic, req.ResponderResources, req.InitiatorDepth)
 	o.RetryCnt, o.RNRRetry = req.RetryCount, req.RNRRetryCount
+	if p.Options.Timeout == 0 && p.Options.Zero&verbs.ZeroTimeout == 0 && req.Primary.LocalACKTimeout != 0 {
+		// As Linux's passive side: the QP's local ACK timeout is the one the requester
+		// computed for the path (rdma_cm on RoCE sends 19, 2.1 s).
+		o.Timeout = req.Primary.LocalACKTimeout
+	}
 	// A standard peer (no softrnic extension) sends its QP's packets from a source port of
 	// its own: only its address is checked.
 	// Starting PSNs as Linux's CM has them: the REP's is the PSN this side receives first
