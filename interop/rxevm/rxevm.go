@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package rxevm boots the Linux kernel's soft-RoCE driver (rdma_rxe) in a small QEMU
 // virtual machine, as a real RoCEv2 peer for softrnic's interoperability tests.
 //
