@@ -73,6 +73,49 @@ func checkQP(dev *verbs.Context, qp *verbs.QP) error {
 	return nil
 }
 
+// requestManager checks what Dial and ResolveUD are given alike, the private data (at
+// most max bytes: what, a connect or a resolution, carries no more) and the remote
+// address, and returns dev's connection manager. op names the caller in errors.
+func requestManager(dev *verbs.Context, op string, remote netip.AddrPort, private []byte, max int, what string) (*manager, error) {
+	if len(private) > max {
+		return nil, fmt.Errorf("%w: %d bytes, %s carries at most %d", ErrPrivateData, len(private), what, max)
+	}
+	if !remote.Addr().IsValid() {
+		return nil, fmt.Errorf("cm: %s: invalid address %v", op, remote)
+	}
+	return managerFor(dev)
+}
+
+// peerDevice is the address of the device a request to remote goes to: remote's address
+// (IPv4 unmapped) at devPort, the peer device's UDP port (0: RoCEv2Port).
+func peerDevice(remote netip.AddrPort, devPort uint16) netip.AddrPort {
+	if devPort == 0 {
+		devPort = RoCEv2Port
+	}
+	return netip.AddrPortFrom(remote.Addr().Unmap(), devPort)
+}
+
+// responseTimeout is how long a request waits for its answer before it is resent: d, or
+// DefaultResponseTimeout if d is not above zero.
+func responseTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultResponseTimeout
+	}
+	return d
+}
+
+// takeREQSlot waits for a turn to send a request (a connection request or a resolution):
+// at most MaxREQInFlight wait for an answer per device. The slot is given back when the
+// request is answered or given up; the error is ctx's, with no slot taken.
+func (m *manager) takeREQSlot(ctx context.Context) error {
+	select {
+	case m.reqSlots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Dial connects qp (an RC QP of dev in RESET or INIT) to the listener on remote's port
 // at the device with remote's address, as rdma_connect does. It returns when the QP is
 // in RTS and ReadyToUse was sent, with the listener's private data, or with an error:
@@ -83,13 +126,7 @@ func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *ve
 	if p == nil {
 		p = &DialParams{}
 	}
-	if len(p.PrivateData) > mad.CMAPrivateMax {
-		return nil, fmt.Errorf("%w: %d bytes, a connect carries at most %d", ErrPrivateData, len(p.PrivateData), mad.CMAPrivateMax)
-	}
-	if !remote.Addr().IsValid() {
-		return nil, fmt.Errorf("cm: Dial: invalid address %v", remote)
-	}
-	m, err := managerFor(dev)
+	m, err := requestManager(dev, "Dial", remote, p.PrivateData, mad.CMAPrivateMax, "a connect")
 	if err != nil {
 		return nil, err
 	}
@@ -113,21 +150,11 @@ func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *ve
 			return nil, err
 		}
 	}
-	devPort := p.DevicePort
-	if devPort == 0 {
-		devPort = 4791
+	peer := peerDevice(remote, p.DevicePort)
+	if err := m.takeREQSlot(ctx); err != nil {
+		return nil, err
 	}
-	peer := netip.AddrPortFrom(remote.Addr().Unmap(), devPort)
-	// Wait for a turn: at most MaxREQInFlight requests unanswered per device.
-	select {
-	case m.reqSlots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	timeout := p.ResponseTimeout
-	if timeout <= 0 {
-		timeout = DefaultResponseTimeout
-	}
+	timeout := responseTimeout(p.ResponseTimeout)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

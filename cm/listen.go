@@ -22,20 +22,35 @@ type Listener struct {
 // Listen starts taking connection requests for port (the service ID 0x01060000 | port, as
 // rdma_cm's TCP port space) at dev. A port has one listener per device.
 func Listen(dev *verbs.Context, port uint16) (*Listener, error) {
+	return addListener(dev, port, "Listen", "",
+		func(m *manager) map[uint16]*Listener { return m.listeners },
+		func(m *manager) *Listener {
+			return &Listener{m: m, port: port, backlog: make(chan *conn, Backlog), closed: make(chan struct{})}
+		})
+}
+
+// addListener makes a listener for port with newL and enters it in the listener table
+// of one port space of dev's connection manager (table, read with mu held): what Listen
+// and ListenUD share. A port has one listener per device and port space; op names the
+// caller and space the port space ("UDP " or "") in errors.
+func addListener[L comparable](dev *verbs.Context, port uint16, op, space string,
+	table func(*manager) map[uint16]L, newL func(*manager) L) (L, error) {
+	var none L
 	m, err := managerFor(dev)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, fmt.Errorf("cm: Listen: %w", ErrClosed)
+		return none, fmt.Errorf("cm: %s: %w", op, ErrClosed)
 	}
-	if m.listeners[port] != nil {
-		return nil, fmt.Errorf("cm: Listen: port %d already has a listener on %v", port, m.local)
+	t := table(m)
+	if t[port] != none {
+		return none, fmt.Errorf("cm: %s: %sport %d already has a listener on %v", op, space, port, m.local)
 	}
-	l := &Listener{m: m, port: port, backlog: make(chan *conn, Backlog), closed: make(chan struct{})}
-	m.listeners[port] = l
+	l := newL(m)
+	t[port] = l
 	return l, nil
 }
 
@@ -52,20 +67,31 @@ func (l *Listener) Close() error {
 }
 
 func (l *Listener) closeLocked() {
-	if l.isClose {
+	closeListener(l, l.port, l.m.listeners, &l.isClose, l.closed, l.backlog, func(c *conn) {
+		if c.state == stReqRcvd || c.state == stMRASent {
+			c.reject(mad.RejInvalidServiceID, nil)
+		}
+	})
+}
+
+// closeListener closes a listener l of either port space (mu held), once: it marks it
+// closed (isClose, and closed, which ends its Accepts), takes it out of its port space's
+// table if it is still port's listener there, and hands each request left in its backlog
+// to drop, which tells the requester that nothing listens (in that port space's words).
+func closeListener[L comparable, R any](l L, port uint16, table map[uint16]L, isClose *bool, closed chan struct{},
+	backlog chan R, drop func(R)) {
+	if *isClose {
 		return
 	}
-	l.isClose = true
-	close(l.closed)
-	if l.m.listeners[l.port] == l {
-		delete(l.m.listeners, l.port)
+	*isClose = true
+	close(closed)
+	if table[port] == l {
+		delete(table, port)
 	}
 	for {
 		select {
-		case c := <-l.backlog:
-			if c.state == stReqRcvd || c.state == stMRASent {
-				c.reject(mad.RejInvalidServiceID, nil)
-			}
+		case r := <-backlog:
+			drop(r)
 		default:
 			return
 		}

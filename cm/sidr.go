@@ -192,29 +192,14 @@ func ResolveUD(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, p
 	if p == nil {
 		p = &ResolveParams{}
 	}
-	if len(p.PrivateData) > mad.SIDRPrivateMax {
-		return nil, fmt.Errorf("%w: %d bytes, a resolution carries at most %d", ErrPrivateData, len(p.PrivateData), mad.SIDRPrivateMax)
-	}
-	if !remote.Addr().IsValid() {
-		return nil, fmt.Errorf("cm: ResolveUD: invalid address %v", remote)
-	}
-	m, err := managerFor(dev)
+	m, err := requestManager(dev, "ResolveUD", remote, p.PrivateData, mad.SIDRPrivateMax, "a resolution")
 	if err != nil {
 		return nil, err
 	}
-	devPort := p.DevicePort
-	if devPort == 0 {
-		devPort = RoCEv2Port
-	}
-	peer := netip.AddrPortFrom(remote.Addr().Unmap(), devPort)
-	timeout := p.ResponseTimeout
-	if timeout <= 0 {
-		timeout = DefaultResponseTimeout
-	}
-	select {
-	case m.reqSlots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	peer := peerDevice(remote, p.DevicePort)
+	timeout := responseTimeout(p.ResponseTimeout)
+	if err := m.takeREQSlot(ctx); err != nil {
+		return nil, err
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -350,22 +335,11 @@ type UDListener struct {
 // as rdma_cm's UDP port space) at dev. A port has one UD listener per device; the UDP
 // and TCP port spaces are apart, as in rdma_cm (Listen and ListenUD may take one port).
 func ListenUD(dev *verbs.Context, port uint16) (*UDListener, error) {
-	m, err := managerFor(dev)
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, fmt.Errorf("cm: ListenUD: %w", ErrClosed)
-	}
-	st := m.sidrs()
-	if st.listeners[port] != nil {
-		return nil, fmt.Errorf("cm: ListenUD: UDP port %d already has a listener on %v", port, m.local)
-	}
-	l := &UDListener{m: m, port: port, backlog: make(chan *sidrIn, Backlog), closed: make(chan struct{})}
-	st.listeners[port] = l
-	return l, nil
+	return addListener(dev, port, "ListenUD", "UDP ",
+		func(m *manager) map[uint16]*UDListener { return m.sidrs().listeners },
+		func(m *manager) *UDListener {
+			return &UDListener{m: m, port: port, backlog: make(chan *sidrIn, Backlog), closed: make(chan struct{})}
+		})
 }
 
 // Addr is the listener's device address with the service port.
@@ -382,26 +356,13 @@ func (l *UDListener) Close() error {
 }
 
 func (l *UDListener) closeLocked() {
-	if l.isClose {
-		return
-	}
-	l.isClose = true
-	close(l.closed)
 	st := l.m.sidr
-	if st.listeners[l.port] == l {
-		delete(st.listeners, l.port)
-	}
-	for {
-		select {
-		case in := <-l.backlog:
-			if !in.answered && !l.m.closed {
-				st.stats.Unsupported++
-				in.answer(&mad.SIDRREP{Status: mad.SIDRUnsupported})
-			}
-		default:
-			return
+	closeListener(l, l.port, st.listeners, &l.isClose, l.closed, l.backlog, func(in *sidrIn) {
+		if !in.answered && !l.m.closed {
+			st.stats.Unsupported++
+			in.answer(&mad.SIDRREP{Status: mad.SIDRUnsupported})
 		}
-	}
+	})
 }
 
 // sidrIn is a request this side received (mu held for every field).

@@ -29,19 +29,17 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/cmtool"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -60,20 +58,11 @@ func mainArgs(argv []string, stdout, stderr io.Writer) int {
 		mode = "ud"
 	}
 	cfg, o, err := parseArgs(mode, argv[1:], stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "pingpong:", err)
-		return 1
+		return cmtool.ParseStatus("pingpong", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := cmtool.RunContext(o.timeout)
 	defer stop()
-	if o.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-	}
 	info := stdout
 	if o.json {
 		info = stderr // stdout has only the JSON

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -19,15 +20,7 @@ import (
 // srvIP. It returns both results and what each side printed.
 func pair(t *testing.T, srvIP, cliIP string, srv, cli Config) (rs, rc *Result, outS, outC string) {
 	t.Helper()
-	open := func(ip string) *verbs.Context {
-		dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dev.Close() })
-		return dev
-	}
-	ds, dc := open(srvIP), open(cliIP)
+	ds, dc := cmtooltest.OpenDevice(t, srvIP), cmtooltest.OpenDevice(t, cliIP)
 	ln, err := net.Listen("tcp", net.JoinHostPort(srvIP, "0"))
 	if err != nil {
 		t.Fatal(err)

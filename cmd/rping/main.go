@@ -39,64 +39,31 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
-	"os/signal"
-	"time"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
-	"github.com/softrnic/softrnic/verbs"
 )
 
 func main() {
 	os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-type options struct {
-	json    bool
-	stats   bool
-	timeout time.Duration
-}
-
 // mainArgs is the command: arguments in, exit status out.
 func mainArgs(args []string, stdout, stderr io.Writer) int {
 	cfg, o, err := parseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "rping:", err)
-		return 1
+		return cmtool.ParseStatus("rping", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := cmtool.RunContext(o.Timeout)
 	defer stop()
-	if o.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-	}
-	out := &output{out: stdout, log: stderr}
-	enc := json.NewEncoder(stdout)
-	out.emit = func(r *Result) {
-		if o.json {
-			_ = enc.Encode(r)
-			return
-		}
-		if o.stats {
-			fmt.Fprintf(stdout, "%s %s -> %s: %d pings, %s\n", r.Role, r.Local, r.Peer, r.Pings, r.Ended)
-			fmt.Fprint(stdout, r.Counters.Lines("  "))
-			fmt.Fprintf(stdout, "  qp:     %s\n", cmtool.NonZero(r.QP))
-		}
-	}
-	if o.json {
-		out.out = stderr // stdout has only the JSON
-	}
+	out := &output{Out: o.Info(stdout, stderr), Log: stderr, Emit: cmtool.Reporter(o, stdout, func(w io.Writer, r *Result) {
+		fmt.Fprintf(w, "%s %s -> %s: %d pings, %s\n", r.Role, r.Local, r.Peer, r.Pings, r.Ended)
+		fmt.Fprint(w, r.Counters.Lines("  "))
+		fmt.Fprintf(w, "  qp:     %s\n", cmtool.NonZero(r.QP))
+	})}
 	if err := run(ctx, cfg, out); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -131,14 +98,11 @@ softrnic:
 `)
 }
 
-func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
+func parseArgs(args []string, stderr io.Writer) (*Config, *cmtool.Options, error) {
 	cfg := &Config{}
-	o := &options{}
-	fs := flag.NewFlagSet("rping", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { usage(fs.Output()) }
+	fs, o := cmtool.NewFlagSet("rping", stderr, usage, &cfg.Local)
 	var server, client, selfQP bool
-	var addr, source, devAddr string
+	var addr, source string
 	fs.BoolVar(&server, "s", false, "server side")
 	fs.BoolVar(&client, "c", false, "client side")
 	fs.StringVar(&addr, "a", "", "address")
@@ -151,37 +115,17 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	fs.BoolVar(&cfg.Validate, "V", false, "validate ping data")
 	fs.BoolVar(&cfg.Debug, "d", false, "debug printfs")
 	fs.BoolVar(&selfQP, "q", false, "self-created QP (accepted)")
-	fs.StringVar(&devAddr, "dev-addr", "", "this side's device address")
-	fs.IntVar(&cfg.UDPPort, "udp-port", verbs.DefaultPort, "this device's RoCEv2 UDP port and the peer's")
-	fs.BoolVar(&o.json, "json", false, "one JSON object per connection")
-	fs.BoolVar(&o.stats, "stats", false, "print the counters after each connection")
-	fs.StringVar(&cfg.Pcap, "pcap", "", "write the device's packets to this pcap file")
-	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long")
-	if err := fs.Parse(cmtool.ExpandArgs(fs, args)); err != nil {
+	if err := cmtool.Parse(fs, args); err != nil {
 		return nil, nil, err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return nil, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if server == client {
 		fs.Usage()
 		return nil, nil, errors.New("give one of -s (server) and -c (client)")
 	}
 	cfg.Server = server
-	for _, a := range []struct {
-		flag string
-		s    string
-		dst  *netip.Addr
-	}{{"-a", addr, &cfg.Addr}, {"-I", source, &cfg.Source}, {"--dev-addr", devAddr, &cfg.DevAddr}} {
-		if a.s == "" {
-			continue
-		}
-		ip, err := cmtool.ResolveAddr(a.s)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: %w", a.flag, a.s, err)
-		}
-		*a.dst = ip
+	if err := o.ResolveAddrs(cmtool.AddrFlag{Flag: "-a", Value: addr, Dst: &cfg.Addr},
+		cmtool.AddrFlag{Flag: "-I", Value: source, Dst: &cfg.Source}); err != nil {
+		return nil, nil, err
 	}
 	if cfg.Size < minSize || cfg.Size > maxSize {
 		return nil, nil, fmt.Errorf("invalid size %d (valid range is %d to %d)", cfg.Size, minSize, maxSize)

@@ -10,31 +10,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
 	"github.com/softrnic/softrnic/verbs"
 )
-
-func openDev(t *testing.T, ip string) *verbs.Context {
-	t.Helper()
-	dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
 
 // collector is an output whose results and text are kept.
 type collector struct {
 	mu       sync.Mutex
-	out, log bytes.Buffer
+	out, log cmtooltest.Buffer
 	results  []*Result
 	emitted  chan struct{} // one token per result
 }
 
 func (c *collector) output() *output {
 	c.emitted = make(chan struct{}, 16)
-	return &output{out: &syncWriter{&c.mu, &c.out}, log: &syncWriter{&c.mu, &c.log},
-		emit: func(r *Result) {
+	return &output{Out: &c.out, Log: &c.log,
+		Emit: func(r *Result) {
 			c.mu.Lock()
 			c.results = append(c.results, r)
 			c.mu.Unlock()
@@ -42,41 +34,20 @@ func (c *collector) output() *output {
 		}}
 }
 
-type syncWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
 // pair runs a server on srvIP and a client on cliIP in this process (ephemeral UDP ports;
 // the client dials once the server listens) and returns both collectors.
 func pair(t *testing.T, srvIP, cliIP string, srv, cli Config) (cs, cc *collector) {
 	t.Helper()
-	ds, dc := openDev(t, srvIP), openDev(t, cliIP)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	listening := make(chan netip.AddrPort, 1)
-	srv.Server, srv.Device, srv.Listening = true, ds, func(a netip.AddrPort) { listening <- a }
 	cs, cc = &collector{}, &collector{}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- run(ctx, &srv, cs.output()) }()
-	var la netip.AddrPort
-	select {
-	case la = <-listening:
-	case err := <-srvErr:
-		t.Fatalf("server: %v", err)
-	}
-	cli.Device, cli.Addr, cli.Port, cli.PeerPort = dc, la.Addr(), int(la.Port()), int(ds.Addr().Port())
-	cerr := run(ctx, &cli, cc.output())
-	if cerr != nil {
-		cancel()
-	}
-	serr := <-srvErr
+	serr, cerr := cmtooltest.Pair(t, srvIP, cliIP,
+		func(ctx context.Context, dev *verbs.Context, listening func(netip.AddrPort)) error {
+			srv.Server, srv.Device, srv.Listening = true, dev, listening
+			return run(ctx, &srv, cs.output())
+		},
+		func(ctx context.Context, dev *verbs.Context, la netip.AddrPort, peerPort int) error {
+			cli.Device, cli.Addr, cli.Port, cli.PeerPort = dev, la.Addr(), int(la.Port()), peerPort
+			return run(ctx, &cli, cc.output())
+		})
 	if cerr != nil || serr != nil {
 		t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cerr, cc.out.String(), cc.log.String(), serr, cs.out.String(), cs.log.String())
 	}
@@ -167,20 +138,21 @@ func TestPattern(t *testing.T) {
 
 // -P: the server serves two clients, one after the other, and ends when interrupted.
 func TestPersistent(t *testing.T) {
-	ds := openDev(t, "127.0.0.2")
+	ds := cmtooltest.OpenDevice(t, "127.0.0.2")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sctx, stop := context.WithCancel(ctx)
 	listening := make(chan netip.AddrPort, 1)
-	srv := Config{Server: true, Persistent: true, Device: ds, Validate: true, Listening: func(a netip.AddrPort) { listening <- a }}
+	srv := Config{Server: true, Persistent: true, Validate: true,
+		Local: cmtool.Local{Device: ds, Listening: func(a netip.AddrPort) { listening <- a }}}
 	cs := &collector{}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- run(sctx, &srv, cs.output()) }()
 	la := <-listening
 	for i := range 2 {
 		cc := &collector{}
-		cli := Config{Device: openDev(t, "127.0.0.1"), Addr: la.Addr(), Port: int(la.Port()), PeerPort: int(ds.Addr().Port()),
-			Count: 3 + i, Validate: true}
+		cli := Config{Addr: la.Addr(), Port: int(la.Port()), Count: 3 + i, Validate: true,
+			Local: cmtool.Local{Device: cmtooltest.OpenDevice(t, "127.0.0.1"), PeerPort: int(ds.Addr().Port())}}
 		if err := run(ctx, &cli, cc.output()); err != nil {
 			t.Fatalf("client %d: %v\n%s", i, err, cc.log.String())
 		}
@@ -215,22 +187,22 @@ func TestPersistent(t *testing.T) {
 // A client without a count pings until the server goes away: the server's disconnect
 // ends it cleanly.
 func TestServerDisconnects(t *testing.T) {
-	ds, dc := openDev(t, "127.0.0.2"), openDev(t, "127.0.0.1")
+	ds, dc := cmtooltest.OpenDevice(t, "127.0.0.2"), cmtooltest.OpenDevice(t, "127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sctx, stopServer := context.WithCancel(ctx)
 	listening := make(chan netip.AddrPort, 1)
-	srv := Config{Server: true, Device: ds, Listening: func(a netip.AddrPort) { listening <- a }}
+	srv := Config{Server: true, Local: cmtool.Local{Device: ds, Listening: func(a netip.AddrPort) { listening <- a }}}
 	cs := &collector{}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- run(sctx, &srv, cs.output()) }()
 	la := <-listening
 	cc := &collector{}
-	cli := Config{Device: dc, Addr: la.Addr(), Port: int(la.Port()), PeerPort: int(ds.Addr().Port()), Validate: true}
+	cli := Config{Addr: la.Addr(), Port: int(la.Port()), Validate: true, Local: cmtool.Local{Device: dc, PeerPort: int(ds.Addr().Port())}}
 	// Stop the server once the client has printed a few pings.
 	w := &triggerWriter{n: 5, fn: stopServer}
 	o := cc.output()
-	o.out = w
+	o.Out = w
 	cli.Verbose = true
 	cerr := run(ctx, &cli, o)
 	<-srvErr // the server's error is the interruption
@@ -269,7 +241,7 @@ func TestArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !cfg.Server || !cfg.Verbose || !cfg.Validate || cfg.Count != 10 || cfg.Addr != netip.MustParseAddr("10.77.0.1") ||
-		cfg.Size != 100 || cfg.Port != 7000 || !o.json || cfg.UDPPort != 4792 {
+		cfg.Size != 100 || cfg.Port != 7000 || !o.JSON || cfg.UDPPort != 4792 {
 		t.Errorf("%+v %+v", cfg, o)
 	}
 	cfg, _, err = parseArgs(strings.Fields("-c -a 10.77.0.6 -v -V -C 10 -I 10.77.0.1"), &stderr)

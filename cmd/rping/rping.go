@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"sync"
 	"time"
@@ -35,7 +34,6 @@ type Config struct {
 	Server     bool       // -s (else -c)
 	Addr       netip.Addr // -a: the server's address (client), the address to bind (server)
 	Source     netip.Addr // -I: the client's source address
-	DevAddr    netip.Addr // --dev-addr: this side's device (default: -a for a server, -I or the route's source for a client)
 	Port       int        // -p: rdma_cm port (7174)
 	Count      int        // -C: pings (0: until interrupted)
 	Size       int        // -S: ping data size (64)
@@ -43,13 +41,9 @@ type Config struct {
 	Validate   bool       // -V: the client compares what came back with what it sent
 	Debug      bool       // -d: progress lines
 	Persistent bool       // -P: the server serves one connection after another, several at once
-	UDPPort    int        // --udp-port: this device's RoCEv2 port (4791); a client's peer has the same one
-	PeerPort   int        // tests: the server device's UDP port (0: UDPPort)
-	Pcap       string     // --pcap: the device's packets to this file
-	// Device, if set, is the device to use (tests); it is not closed.
-	Device *verbs.Context
-	// Listening, if set, is called once the server listens (tests).
-	Listening func(netip.AddrPort)
+	// Local is the device: --dev-addr (default: -a for a server, -I or the route's source
+	// for a client), --udp-port, --pcap, and what tests set instead.
+	cmtool.Local
 }
 
 func (c *Config) defaults() {
@@ -59,12 +53,7 @@ func (c *Config) defaults() {
 	if c.Size == 0 {
 		c.Size = defaultSize
 	}
-	if c.UDPPort == 0 {
-		c.UDPPort = verbs.DefaultPort
-	}
-	if c.PeerPort == 0 {
-		c.PeerPort = c.UDPPort
-	}
+	c.Local.Defaults()
 }
 
 func (c *Config) validate() error {
@@ -115,34 +104,9 @@ type Result struct {
 
 var errDisconnected = errors.New("disconnected by the peer")
 
-// output is where a run writes: out takes what rping prints on stdout (the ping data),
-// log what it prints on stderr; emit gets each connection's result.
-type output struct {
-	mu   sync.Mutex
-	out  io.Writer
-	log  io.Writer
-	emit func(*Result)
-}
-
-func (o *output) printf(format string, a ...any) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintf(o.out, format, a...)
-}
-
-func (o *output) logf(format string, a ...any) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintf(o.log, format, a...)
-}
-
-func (o *output) result(r *Result) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.emit != nil {
-		o.emit(r)
-	}
-}
+// output is where a run writes: Out takes what rping prints on stdout (the ping data),
+// Log what it prints on stderr; Emit gets each connection's result.
+type output = cmtool.Output[*Result]
 
 // run runs rping: a server serves one connection (or, -P, connections until ctx ends), a
 // client pings. The error is the run's failure; each connection's result goes to o.emit.
@@ -151,31 +115,18 @@ func run(ctx context.Context, cfg *Config, o *output) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	dev := cfg.Device
-	if dev == nil {
-		addr := cfg.DevAddr
-		switch {
-		case addr.IsValid():
-		case cfg.Server:
-			addr = cfg.Addr
-		case cfg.Source.IsValid():
-			addr = cfg.Source
-		default:
-			a, err := cmtool.LocalAddrFor(cfg.Addr)
-			if err != nil {
-				return fmt.Errorf("rdma_resolve_addr: %w", err)
-			}
-			addr = a
-		}
-		var err error
-		dev, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: cfg.UDPPort, PcapFile: cfg.Pcap})
-		if err != nil {
-			return fmt.Errorf("opening the device at %v: %w", addr, err)
-		}
-		defer dev.Close()
+	// A server's device is at -a (validate saw that it is set), a client's at -I.
+	bind := cfg.Source
+	if cfg.Server {
+		bind = cfg.Addr
 	}
+	dev, release, err := cfg.Open(bind, cfg.Addr, "rdma_resolve_addr")
+	if err != nil {
+		return err
+	}
+	defer release()
 	if cfg.Debug {
-		o.printf("device %v\n", dev.Addr())
+		o.Printf("device %v\n", dev.Addr())
 	}
 	if cfg.Server {
 		return runServer(ctx, cfg, dev, o)
@@ -207,7 +158,7 @@ type session struct {
 
 func (s *session) debugf(format string, a ...any) {
 	if s.cfg.Debug {
-		s.o.printf(format, a...)
+		s.o.Printf(format, a...)
 	}
 }
 
@@ -374,19 +325,6 @@ func (s *session) sendInfo(mr *verbs.MR) error {
 	return s.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{s.sendMR.SGE(0, infoLen)}})
 }
 
-// connCtx returns a context that ends when ctx does or the connection ends.
-func (s *session) connCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-s.conn.Done():
-			cancel()
-		case <-c.Done():
-		}
-	}()
-	return c, cancel
-}
-
 func (s *session) finish(err error) *Result {
 	r := &s.res
 	r.Tool = "rping"
@@ -466,7 +404,7 @@ func runClient(ctx context.Context, cfg *Config, dev *verbs.Context, o *output) 
 	s := &session{cfg: cfg, o: o, dev: dev}
 	defer s.free()
 	r := s.finish(s.client(ctx))
-	o.result(r)
+	o.Result(r)
 	if !r.OK {
 		return fmt.Errorf("rping client failed: %s", r.Error)
 	}
@@ -488,18 +426,18 @@ func (s *session) client(ctx context.Context) error {
 	}
 	s.conn = conn
 	s.debugf("rdma_connect successful\n")
-	cctx, cancel := s.connCtx(ctx)
+	cctx, cancel := cmtool.ConnContext(ctx, s.conn.Done())
 	defer cancel()
 	err = s.pingLoop(cctx)
 	if errors.Is(err, errDisconnected) {
-		s.o.logf("client DISCONNECT EVENT...\n")
+		s.o.Logf("client DISCONNECT EVENT...\n")
 		return errDisconnected
 	}
 	if ctx.Err() != nil && cfg.Count == 0 {
 		err = nil // an unbounded run ends when interrupted
 	}
 	derr := conn.Disconnect()
-	s.o.logf("client DISCONNECT EVENT...\n")
+	s.o.Logf("client DISCONNECT EVENT...\n")
 	if err == nil && derr != nil {
 		err = fmt.Errorf("rdma_disconnect: %w", derr)
 	}
@@ -531,14 +469,14 @@ func (s *session) pingLoop(ctx context.Context) error {
 			return err
 		}
 		if cfg.Validate && !bytes.Equal(s.startBuf, s.rdmaBuf) {
-			s.o.logf("data mismatch!\n")
+			s.o.Logf("data mismatch!\n")
 			s.res.Mismatches++
 			return errors.New("data mismatch")
 		}
 		s.res.Pings++
 		s.res.Seconds = time.Since(t0).Seconds()
 		if cfg.Verbose {
-			s.o.printf("ping data: %s\n", cstring(s.rdmaBuf))
+			s.o.Printf("ping data: %s\n", cstring(s.rdmaBuf))
 		}
 	}
 	return nil
@@ -552,7 +490,7 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, o *output) 
 	}
 	defer l.Close()
 	// Scripts wait for this line before they start a client.
-	o.logf("rping: listening on %v (device %v)\n", l.Addr(), dev.Addr())
+	o.Logf("rping: listening on %v (device %v)\n", l.Addr(), dev.Addr())
 	if cfg.Listening != nil {
 		cfg.Listening(l.Addr())
 	}
@@ -582,7 +520,7 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, o *output) 
 		go func() {
 			defer wg.Done()
 			if r := serve(ctx, cfg, dev, o, req); !r.OK {
-				o.logf("rping server: connection from %v failed: %s\n", req.Remote, r.Error)
+				o.Logf("rping server: connection from %v failed: %s\n", req.Remote, r.Error)
 			}
 		}()
 	}
@@ -595,7 +533,7 @@ func serve(ctx context.Context, cfg *Config, dev *verbs.Context, o *output, req 
 	s.debugf("child cma: request from %v qpn %#x\n", req.Remote, req.RemoteQPN)
 	err := s.server(ctx, req)
 	r := s.finish(err)
-	o.result(r)
+	o.Result(r)
 	return r
 }
 
@@ -612,11 +550,11 @@ func (s *session) server(ctx context.Context, req *cm.Request) error {
 	}
 	s.conn = conn
 	s.debugf("accepted: connected to %v qpn %#x\n", conn.RemoteAddr(), conn.RemoteQPN())
-	cctx, cancel := s.connCtx(ctx)
+	cctx, cancel := cmtool.ConnContext(ctx, s.conn.Done())
 	defer cancel()
 	err = s.serveLoop(cctx)
 	if errors.Is(err, errDisconnected) {
-		s.o.logf("server DISCONNECT EVENT...\n")
+		s.o.Logf("server DISCONNECT EVENT...\n")
 		return errDisconnected
 	}
 	if ctx.Err() != nil && s.cfg.Persistent {
@@ -655,13 +593,13 @@ func (s *session) serveLoop(ctx context.Context) error {
 		}
 		s.debugf("server received read complete\n")
 		if s.cfg.Verbose {
-			s.o.printf("server ping data: %s\n", cstring(s.rdmaBuf))
+			s.o.Printf("server ping data: %s\n", cstring(s.rdmaBuf))
 		}
 		if s.cfg.Validate && s.remLen > 0 {
 			want := make([]byte, s.remLen)
 			fillPing(want, ping, start)
 			if !bytes.Equal(want, s.rdmaBuf[:s.remLen]) {
-				s.o.logf("data mismatch! ping %d read %q\n", ping, cstring(s.rdmaBuf))
+				s.o.Logf("data mismatch! ping %d read %q\n", ping, cstring(s.rdmaBuf))
 				s.res.Mismatches++
 			}
 		}

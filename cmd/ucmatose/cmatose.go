@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"sync"
 	"time"
@@ -27,22 +26,17 @@ const (
 type Config struct {
 	ServerAddr    netip.Addr // -s: the server to connect to (a client); unset: be the server
 	Bind          netip.Addr // -b: the address to bind
-	DevAddr       netip.Addr // --dev-addr: this side's device (default -b; a client's: the route's source)
 	Port          int        // -p (7471)
 	Connections   int        // -c (1)
 	Count         int        // -C messages each way per connection (10)
 	Size          int        // -S message size (100); 0 means no messages, as cmatose
 	AckTimeout    int        // -a: the QP's local ACK timeout code (with SetAckTimeout)
 	SetAckTimeout bool
-	Migrate       bool   // -m: accepted (cmatose moves its IDs to a new event channel)
-	Validate      bool   // -V (softrnic): messages carry a pattern, checked on receipt
-	UDPPort       int    // --udp-port: this device's RoCEv2 port (4791); a client's peer has the same one
-	PeerPort      int    // tests: the server device's UDP port (0: UDPPort)
-	Pcap          string // --pcap
-	// Device, if set, is the device to use (tests); it is not closed.
-	Device *verbs.Context
-	// Listening, if set, is called once the server listens (tests).
-	Listening func(netip.AddrPort)
+	Migrate       bool // -m: accepted (cmatose moves its IDs to a new event channel)
+	Validate      bool // -V (softrnic): messages carry a pattern, checked on receipt
+	// Local is the device: --dev-addr (default -b; a client's: the route's source),
+	// --udp-port, --pcap, and what tests set instead.
+	cmtool.Local
 }
 
 func (c *Config) client() bool { return c.ServerAddr.IsValid() }
@@ -51,12 +45,7 @@ func (c *Config) defaults() {
 	if c.Port == 0 {
 		c.Port = defaultPort
 	}
-	if c.UDPPort == 0 {
-		c.UDPPort = verbs.DefaultPort
-	}
-	if c.PeerPort == 0 {
-		c.PeerPort = c.UDPPort
-	}
+	c.Local.Defaults()
 	if c.Size == 0 {
 		c.Count = 0 // cmatose: no message size, no messages
 	}
@@ -110,25 +99,9 @@ type Result struct {
 	cmtool.Counters
 }
 
-// output is where a run writes: out takes cmatose's progress lines (stdout), log its
-// errors (stderr).
-type output struct {
-	mu  sync.Mutex
-	out io.Writer
-	log io.Writer
-}
-
-func (o *output) println(s string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintln(o.out, s)
-}
-
-func (o *output) logf(format string, a ...any) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintf(o.log, format, a...)
-}
+// output is where a run writes: Out takes cmatose's progress lines (stdout), Log its
+// errors (stderr). A run has one result, which run returns: Emit is not used.
+type output = cmtool.Output[*Result]
 
 // node is one connection's objects, as cmatose's struct cmatest_node: a PD, a send and a
 // receive CQ of message_count entries each, an RC QP (message_count sends and receives,
@@ -246,15 +219,8 @@ func (n *node) poll(ctx context.Context, which int) error {
 	if n.conn == nil {
 		return nil
 	}
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := cmtool.ConnContext(ctx, n.conn.Done())
 	defer cancel()
-	go func() {
-		select {
-		case <-n.conn.Done():
-			cancel()
-		case <-cctx.Done():
-		}
-	}()
 	for done := 0; done < n.cfg.Count; done++ {
 		// Completions already queued come first: after the connection ended (its QP
 		// went to ERR, which flushes at once) they are the flushed ones.
@@ -341,31 +307,18 @@ func run(ctx context.Context, cfg *Config, o *output) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	dev := cfg.Device
-	if dev == nil {
-		addr := cfg.DevAddr
-		switch {
-		case addr.IsValid():
-		case cfg.Bind.IsValid() && !cfg.Bind.IsUnspecified():
-			addr = cfg.Bind
-		default:
-			a, err := cmtool.LocalAddrFor(cfg.ServerAddr)
-			if err != nil {
-				return nil, fmt.Errorf("cmatose: failure getting addr: %w", err)
-			}
-			addr = a
-		}
-		var err error
-		dev, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: cfg.UDPPort, PcapFile: cfg.Pcap})
-		if err != nil {
-			return nil, fmt.Errorf("opening the device at %v: %w", addr, err)
-		}
-		defer dev.Close()
+	var bind netip.Addr // -b 0.0.0.0 binds no device: a client's is then the route's
+	if !cfg.Bind.IsUnspecified() {
+		bind = cfg.Bind
 	}
+	dev, release, err := cfg.Open(bind, cfg.ServerAddr, "cmatose: failure getting addr")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	t := &test{cfg: cfg, dev: dev, o: o}
 	t.res = Result{Tool: "ucmatose", Role: "server", Local: dev.Addr().String(), Port: cfg.Port, Connections: cfg.Connections,
 		MessageCount: cfg.Count, MessageSize: cfg.Size}
-	var err error
 	if cfg.client() {
 		t.res.Role = "client"
 		t.res.Peer = netip.AddrPortFrom(cfg.ServerAddr, uint16(cfg.PeerPort)).String()
@@ -405,12 +358,12 @@ func run(ctx context.Context, cfg *Config, o *output) (*Result, error) {
 	status := 0
 	if err != nil {
 		r.Error = err.Error()
-		o.logf("cmatose: %v\n", err)
+		o.Logf("cmatose: %v\n", err)
 		status = 1
 	}
 	r.OK = err == nil
-	o.println("test complete")
-	o.println(fmt.Sprintf("return status %d", status))
+	o.Printf("test complete\n")
+	o.Printf("return status %d\n", status)
 	return r, err
 }
 
@@ -432,46 +385,46 @@ func (t *test) transfer(ctx context.Context) error {
 	t0 := time.Now()
 	defer func() { t.res.TransferSeconds = time.Since(t0).Seconds() }()
 	if !cfg.client() {
-		t.o.println("initiating data transfers")
+		t.o.Printf("initiating data transfers\n")
 		for _, n := range t.nodes {
 			if err := n.postSends(); err != nil {
 				return err
 			}
 		}
-		t.o.println("completing sends")
+		t.o.Printf("completing sends\n")
 		for _, n := range t.nodes {
 			if err := n.poll(ctx, sendCQ); err != nil {
 				return err
 			}
 		}
-		t.o.println("receiving data transfers")
+		t.o.Printf("receiving data transfers\n")
 		for _, n := range t.nodes {
 			if err := n.poll(ctx, recvCQ); err != nil {
 				return err
 			}
 		}
-		t.o.println("data transfers complete")
+		t.o.Printf("data transfers complete\n")
 		return nil
 	}
-	t.o.println("receiving data transfers")
+	t.o.Printf("receiving data transfers\n")
 	for _, n := range t.nodes {
 		if err := n.poll(ctx, recvCQ); err != nil {
 			return err
 		}
 	}
-	t.o.println("sending replies")
+	t.o.Printf("sending replies\n")
 	for _, n := range t.nodes {
 		if err := n.postSends(); err != nil {
 			return err
 		}
 	}
-	t.o.println("data transfers complete")
+	t.o.Printf("data transfers complete\n")
 	return nil
 }
 
 func (t *test) migrate() {
 	if t.cfg.Migrate {
-		t.o.println("migrating to new event channel") // nothing to move: package cm has no event channel
+		t.o.Printf("migrating to new event channel\n") // nothing to move: package cm has no event channel
 	}
 }
 
@@ -502,14 +455,14 @@ func (t *test) disconnectAll() error {
 
 func (t *test) runServer(ctx context.Context) error {
 	cfg := t.cfg
-	t.o.println("cmatose: starting server")
+	t.o.Printf("cmatose: starting server\n")
 	l, err := cm.Listen(t.dev, uint16(cfg.Port))
 	if err != nil {
 		return fmt.Errorf("cmatose: failure trying to listen: %w", err)
 	}
 	defer l.Close()
 	// Scripts wait for this line before they start a client.
-	t.o.logf("ucmatose: listening on %v (device %v)\n", l.Addr(), t.dev.Addr())
+	t.o.Logf("ucmatose: listening on %v (device %v)\n", l.Addr(), t.dev.Addr())
 	if cfg.Listening != nil {
 		cfg.Listening(l.Addr())
 	}
@@ -532,7 +485,7 @@ func (t *test) runServer(ctx context.Context) error {
 		}
 		t.nodes = append(t.nodes, n)
 		if err != nil {
-			t.o.println("cmatose: failing connection request")
+			t.o.Printf("cmatose: failing connection request\n")
 			req.Reject(nil)
 			t.res.ConnectFails++
 			wg.Wait()
@@ -546,7 +499,7 @@ func (t *test) runServer(ctx context.Context) error {
 				t.mu.Lock()
 				t.res.ConnectFails++
 				t.mu.Unlock()
-				t.o.logf("cmatose: failure accepting: %v\n", err)
+				t.o.Logf("cmatose: failure accepting: %v\n", err)
 				t.fail(err)
 				return
 			}
@@ -565,7 +518,7 @@ func (t *test) runServer(ctx context.Context) error {
 			if err != nil {
 				return
 			}
-			t.o.println("cmatose: failing connection request")
+			t.o.Printf("cmatose: failing connection request\n")
 			req.Reject(nil)
 		}
 	}()
@@ -580,9 +533,9 @@ func (t *test) runServer(ctx context.Context) error {
 		return err
 	}
 	t.migrate()
-	t.o.println("cmatose: disconnecting")
+	t.o.Printf("cmatose: disconnecting\n")
 	err = t.disconnectAll()
-	t.o.println("disconnected")
+	t.o.Printf("disconnected\n")
 	return err
 }
 
@@ -602,8 +555,8 @@ func (t *test) connectOptions() verbs.ConnectOptions {
 
 func (t *test) runClient(ctx context.Context) error {
 	cfg := t.cfg
-	t.o.println("cmatose: starting client")
-	t.o.println("cmatose: connecting")
+	t.o.Printf("cmatose: starting client\n")
+	t.o.Printf("cmatose: connecting\n")
 	remote := netip.AddrPortFrom(cfg.ServerAddr, uint16(cfg.Port))
 	t0 := time.Now()
 	var wg sync.WaitGroup
@@ -626,7 +579,7 @@ func (t *test) runClient(ctx context.Context) error {
 				t.mu.Lock()
 				t.res.ConnectFails++
 				t.mu.Unlock()
-				t.o.println(fmt.Sprintf("cmatose: event: %v", err))
+				t.o.Printf("cmatose: event: %v\n", err)
 				t.fail(err)
 				return
 			}

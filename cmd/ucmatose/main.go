@@ -36,63 +36,35 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
-	"github.com/softrnic/softrnic/verbs"
 )
 
 func main() {
 	os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-type options struct {
-	json    bool
-	stats   bool
-	timeout time.Duration
-}
-
 // mainArgs is the command: arguments in, exit status out.
 func mainArgs(args []string, stdout, stderr io.Writer) int {
 	cfg, o, err := parseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "ucmatose:", err)
-		return 1
+		return cmtool.ParseStatus("ucmatose", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := cmtool.RunContext(o.Timeout)
 	defer stop()
-	if o.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-	}
-	out := &output{out: stdout, log: stderr}
-	if o.json {
-		out.out = stderr // stdout has only the JSON
-	}
-	r, err := run(ctx, cfg, out)
+	r, err := run(ctx, cfg, &output{Out: o.Info(stdout, stderr), Log: stderr})
 	if r != nil {
-		if o.json {
-			_ = json.NewEncoder(stdout).Encode(r)
-		} else if o.stats {
-			fmt.Fprintf(stdout, "%s %s: %d/%d connections, sent %d received %d (flushed %d), disconnected %d\n",
+		cmtool.Reporter(o, stdout, func(w io.Writer, r *Result) {
+			fmt.Fprintf(w, "%s %s: %d/%d connections, sent %d received %d (flushed %d), disconnected %d\n",
 				r.Role, r.Local, r.Established, r.Connections, r.Sent, r.Received, r.Flushed, r.Disconnected)
-			fmt.Fprint(stdout, r.Counters.Lines("  "))
-		}
+			fmt.Fprint(w, r.Counters.Lines("  "))
+		})(r)
 	}
 	if err != nil {
 		if r == nil {
@@ -129,13 +101,10 @@ softrnic:
 `)
 }
 
-func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
+func parseArgs(args []string, stderr io.Writer) (*Config, *cmtool.Options, error) {
 	cfg := &Config{}
-	o := &options{}
-	fs := flag.NewFlagSet("ucmatose", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { usage(fs.Output()) }
-	var server, bind, devAddr, format, space string
+	fs, o := cmtool.NewFlagSet("ucmatose", stderr, usage, &cfg.Local)
+	var server, bind, format, space string
 	var tos int
 	fs.StringVar(&server, "s", "", "server address")
 	fs.StringVar(&bind, "b", "", "bind address")
@@ -156,26 +125,11 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 		return nil
 	})
 	fs.BoolVar(&cfg.Validate, "V", false, "validate (softrnic)")
-	fs.StringVar(&devAddr, "dev-addr", "", "this side's device address")
-	fs.IntVar(&cfg.UDPPort, "udp-port", verbs.DefaultPort, "this device's RoCEv2 UDP port and the peer's")
-	fs.BoolVar(&o.json, "json", false, "one JSON object for the run")
-	fs.BoolVar(&o.stats, "stats", false, "print the counters after the run")
-	fs.StringVar(&cfg.Pcap, "pcap", "", "write the device's packets to this pcap file")
-	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long")
-	if err := fs.Parse(cmtool.ExpandArgs(fs, args)); err != nil {
+	if err := cmtool.Parse(fs, args); err != nil {
 		return nil, nil, err
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return nil, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	f := strings.ToLower(format)
-	switch {
-	case f == "", strings.HasPrefix(f, "ip"), strings.HasPrefix(f, "name"):
-	case strings.HasPrefix(f, "gid"):
-		return nil, nil, errors.New("-f gid: softrnic's connection manager speaks rdma_cm's IP addressing only (no AF_IB)")
-	default:
-		fmt.Fprintln(stderr, "Warning: unknown address format")
+	if err := cmtool.AddrFormat(format, stderr, "-f gid: softrnic's connection manager speaks rdma_cm's IP addressing only (no AF_IB)"); err != nil {
+		return nil, nil, err
 	}
 	switch s := strings.ToLower(space); {
 	case strings.HasPrefix(s, "tcp"):
@@ -187,19 +141,9 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	if tos != 0 {
 		return nil, nil, fmt.Errorf("-t %d: softrnic's packets carry type of service 0", tos)
 	}
-	for _, a := range []struct {
-		flag string
-		s    string
-		dst  *netip.Addr
-	}{{"-s", server, &cfg.ServerAddr}, {"-b", bind, &cfg.Bind}, {"--dev-addr", devAddr, &cfg.DevAddr}} {
-		if a.s == "" {
-			continue
-		}
-		ip, err := cmtool.ResolveAddr(a.s)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: %w", a.flag, a.s, err)
-		}
-		*a.dst = ip
+	if err := o.ResolveAddrs(cmtool.AddrFlag{Flag: "-s", Value: server, Dst: &cfg.ServerAddr},
+		cmtool.AddrFlag{Flag: "-b", Value: bind, Dst: &cfg.Bind}); err != nil {
+		return nil, nil, err
 	}
 	return cfg, o, nil
 }

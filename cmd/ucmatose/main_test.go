@@ -6,73 +6,43 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
 	"github.com/softrnic/softrnic/verbs"
 )
-
-func openDev(t *testing.T, ip string) *verbs.Context {
-	t.Helper()
-	dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 type side struct {
 	r        *Result
 	err      error
-	out, log syncBuffer
+	out, log cmtooltest.Buffer
+}
+
+// run runs ucmatose with cfg, keeping its result and what it printed.
+func (s *side) run(ctx context.Context, cfg *Config) error {
+	s.r, s.err = run(ctx, cfg, &output{Out: &s.out, Log: &s.log})
+	return s.err
 }
 
 // pair runs a server on srvIP and a client on cliIP in this process (ephemeral UDP
 // ports; the client connects once the server listens).
 func pair(t *testing.T, srvIP, cliIP string, srv, cli Config) (s, c *side) {
 	t.Helper()
-	ds, dc := openDev(t, srvIP), openDev(t, cliIP)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	listening := make(chan netip.AddrPort, 1)
-	srv.Device, srv.Listening = ds, func(a netip.AddrPort) { listening <- a }
 	s, c = &side{}, &side{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.r, s.err = run(ctx, &srv, &output{out: &s.out, log: &s.log})
-	}()
-	var la netip.AddrPort
-	select {
-	case la = <-listening:
-	case <-done:
-		t.Fatalf("server: %v\n%s", s.err, s.log.String())
-	}
-	cli.Device, cli.ServerAddr, cli.Port, cli.PeerPort = dc, la.Addr(), int(la.Port()), int(ds.Addr().Port())
-	c.r, c.err = run(ctx, &cli, &output{out: &c.out, log: &c.log})
-	if c.err != nil {
-		cancel()
-	}
-	<-done
+	cmtooltest.Pair(t, srvIP, cliIP,
+		func(ctx context.Context, dev *verbs.Context, listening func(netip.AddrPort)) error {
+			srv.Device, srv.Listening = dev, listening
+			if err := s.run(ctx, &srv); err != nil {
+				return fmt.Errorf("%w\n%s", err, s.log.String())
+			}
+			return nil
+		},
+		func(ctx context.Context, dev *verbs.Context, la netip.AddrPort, peerPort int) error {
+			cli.Device, cli.ServerAddr, cli.Port, cli.PeerPort = dev, la.Addr(), int(la.Port()), peerPort
+			return c.run(ctx, &cli)
+		})
 	return s, c
 }
 
@@ -125,22 +95,23 @@ func TestLoopback(t *testing.T) {
 // A request beyond -c is refused (cmatose: "failing connection request") while the
 // server's connections run.
 func TestExtraConnectionRefused(t *testing.T) {
-	ds, dc := openDev(t, "127.0.0.2"), openDev(t, "127.0.0.1")
+	ds, dc := cmtooltest.OpenDevice(t, "127.0.0.2"), cmtooltest.OpenDevice(t, "127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	listening := make(chan netip.AddrPort, 1)
 	// The server waits for two connections; the client makes three.
-	srv := Config{Device: ds, Connections: 2, Count: 0, Size: 100, Listening: func(a netip.AddrPort) { listening <- a }}
+	srv := Config{Connections: 2, Count: 0, Size: 100, Local: cmtool.Local{Device: ds, Listening: func(a netip.AddrPort) { listening <- a }}}
 	var so side
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		so.r, so.err = run(ctx, &srv, &output{out: &so.out, log: &so.log})
+		so.run(ctx, &srv)
 	}()
 	la := <-listening
-	cli := Config{Device: dc, ServerAddr: la.Addr(), Port: int(la.Port()), PeerPort: int(ds.Addr().Port()), Connections: 3, Count: 0, Size: 100}
+	cli := Config{ServerAddr: la.Addr(), Port: int(la.Port()), Connections: 3, Count: 0, Size: 100,
+		Local: cmtool.Local{Device: dc, PeerPort: int(ds.Addr().Port())}}
 	var co side
-	co.r, co.err = run(ctx, &cli, &output{out: &co.out, log: &co.log})
+	co.run(ctx, &cli)
 	<-done
 	if co.err == nil || co.r.Established != 2 || co.r.ConnectFails != 1 || co.r.CM.REJReceived != 1 {
 		t.Errorf("client: %v %+v", co.err, co.r)
@@ -161,7 +132,7 @@ func TestArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.ServerAddr != netip.MustParseAddr("10.77.0.6") || cfg.Bind != netip.MustParseAddr("10.77.0.1") || cfg.Connections != 20 ||
-		cfg.Count != 100 || cfg.Size != 4096 || cfg.Port != 7000 || !cfg.SetAckTimeout || cfg.AckTimeout != 18 || !cfg.Migrate || !o.json {
+		cfg.Count != 100 || cfg.Size != 4096 || cfg.Port != 7000 || !cfg.SetAckTimeout || cfg.AckTimeout != 18 || !cfg.Migrate || !o.JSON {
 		t.Errorf("%+v %+v", cfg, o)
 	}
 	cfg, _, err = parseArgs(strings.Fields("-b 10.77.0.1"), &stderr)

@@ -40,68 +40,35 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
-	"github.com/softrnic/softrnic/verbs"
 )
 
 func main() {
 	os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-type options struct {
-	json    bool
-	stats   bool
-	timeout time.Duration
-}
-
 // mainArgs is the command: arguments in, exit status out.
 func mainArgs(args []string, stdout, stderr io.Writer) int {
 	cfg, o, err := parseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "udaddy:", err)
-		return 1
+		return cmtool.ParseStatus("udaddy", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := cmtool.RunContext(o.Timeout)
 	defer stop()
-	if o.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-	}
-	out := &output{out: stdout}
-	enc := json.NewEncoder(stdout)
-	out.emit = func(r *Result) {
-		if o.json {
-			_ = enc.Encode(r)
-			return
-		}
-		if o.stats {
-			fmt.Fprintf(stdout, "%s %d %s -> %s: QPN %#x -> %#x (Q_Key %#x), %d sent, %d received, %d bad\n",
-				r.Role, r.Index, r.Local, r.Peer, r.QPN, r.PeerQPN, r.PeerQKey, r.Sent, r.Received, r.Bad)
-			fmt.Fprint(stdout, r.Counters.Lines("  "))
-			fmt.Fprintf(stdout, "  sidr:   %s\n", cmtool.NonZero(r.SIDR))
-			fmt.Fprintf(stdout, "  qp:     %s\n", cmtool.NonZero(r.QP))
-		}
-	}
-	if o.json {
-		out.out = stderr // stdout has only the JSON
-	}
+	out := &output{Out: o.Info(stdout, stderr), Log: stderr, Emit: cmtool.Reporter(o, stdout, func(w io.Writer, r *Result) {
+		fmt.Fprintf(w, "%s %d %s -> %s: QPN %#x -> %#x (Q_Key %#x), %d sent, %d received, %d bad\n",
+			r.Role, r.Index, r.Local, r.Peer, r.QPN, r.PeerQPN, r.PeerQKey, r.Sent, r.Received, r.Bad)
+		fmt.Fprint(w, r.Counters.Lines("  "))
+		fmt.Fprintf(w, "  sidr:   %s\n", cmtool.NonZero(r.SIDR))
+		fmt.Fprintf(w, "  qp:     %s\n", cmtool.NonZero(r.QP))
+	})}
 	if err := run(ctx, cfg, out); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -138,13 +105,10 @@ softrnic:
 // portSpaceUDP is RDMA_PS_UDP, udaddy's port space.
 const portSpaceUDP = 0x0111
 
-func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
+func parseArgs(args []string, stderr io.Writer) (*Config, *cmtool.Options, error) {
 	cfg := &Config{}
-	o := &options{}
-	fs := flag.NewFlagSet("udaddy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { usage(fs.Output()) }
-	var server, bind, devAddr, format, psName, psNum string
+	fs, o := cmtool.NewFlagSet("udaddy", stderr, usage, &cfg.Local)
+	var server, bind, format, psName, psNum string
 	var tos int
 	fs.StringVar(&server, "s", "", "server address")
 	fs.StringVar(&bind, "b", "", "bind address")
@@ -156,25 +120,11 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	fs.StringVar(&psName, "P", "", "port space: udp")
 	fs.StringVar(&psNum, "p", "", "port space by number: 0x111")
 	fs.IntVar(&cfg.Port, "port", defaultPort, "the rdma_cm port")
-	fs.StringVar(&devAddr, "dev-addr", "", "this side's device address")
-	fs.IntVar(&cfg.UDPPort, "udp-port", verbs.DefaultPort, "this device's RoCEv2 UDP port and the peer's")
-	fs.BoolVar(&o.json, "json", false, "one JSON object per connection")
-	fs.BoolVar(&o.stats, "stats", false, "print the counters of each connection")
-	fs.StringVar(&cfg.Pcap, "pcap", "", "write the device's packets to this pcap file")
-	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long")
-	if err := fs.Parse(cmtool.ExpandArgs(fs, args)); err != nil {
+	if err := cmtool.Parse(fs, args); err != nil {
 		return nil, nil, err
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return nil, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	switch f := strings.ToLower(format); {
-	case f == "" || strings.HasPrefix(f, "ip") || strings.HasPrefix(f, "name"):
-	case strings.HasPrefix(f, "gid"):
-		return nil, nil, errors.New("-f gid: softrnic has no AF_IB addresses (use ip or name)")
-	default:
-		fmt.Fprintln(stderr, "Warning: unknown address format")
+	if err := cmtool.AddrFormat(format, stderr, "-f gid: softrnic has no AF_IB addresses (use ip or name)"); err != nil {
+		return nil, nil, err
 	}
 	switch p := strings.ToLower(psName); {
 	case p == "" || strings.HasPrefix(p, "udp"):
@@ -189,19 +139,9 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 		}
 	}
 	cfg.Server = server == ""
-	for _, a := range []struct {
-		flag string
-		s    string
-		dst  *netip.Addr
-	}{{"-s", server, &cfg.Addr}, {"-b", bind, &cfg.Bind}, {"--dev-addr", devAddr, &cfg.DevAddr}} {
-		if a.s == "" {
-			continue
-		}
-		ip, err := cmtool.ResolveAddr(a.s)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: %w", a.flag, a.s, err)
-		}
-		*a.dst = ip
+	if err := o.ResolveAddrs(cmtool.AddrFlag{Flag: "-s", Value: server, Dst: &cfg.Addr},
+		cmtool.AddrFlag{Flag: "-b", Value: bind, Dst: &cfg.Bind}); err != nil {
+		return nil, nil, err
 	}
 	return cfg, o, nil
 }

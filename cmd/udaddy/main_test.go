@@ -12,34 +12,22 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
+	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
 	"github.com/softrnic/softrnic/verbs"
 )
-
-func openDev(t *testing.T, ip string) *verbs.Context {
-	t.Helper()
-	dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
 
 // collector is an output whose lines and results are kept (each result also as the JSON
 // --json prints).
 type collector struct {
 	mu      sync.Mutex
-	out     bytes.Buffer
+	out     cmtooltest.Buffer
 	results []*Result
 	json    bytes.Buffer
 }
 
 func (c *collector) output() *output {
-	return &output{out: writerFunc(func(p []byte) (int, error) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.out.Write(p)
-	}), emit: func(r *Result) {
+	return &output{Out: &c.out, Emit: func(r *Result) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.results = append(c.results, r)
@@ -47,37 +35,24 @@ func (c *collector) output() *output {
 	}}
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
 // pair runs a server on srvIP and a client on cliIP in this process (ephemeral UDP ports;
 // the client starts once the server listens) and returns both collectors and errors.
 func pair(t *testing.T, srvIP, cliIP string, srv, cli Config) (cs, cc *collector, serr, cerr error) {
 	t.Helper()
-	ds, dc := openDev(t, srvIP), openDev(t, cliIP)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	listening := make(chan netip.AddrPort, 1)
-	srv.Server, srv.Device, srv.Listening = true, ds, func(a netip.AddrPort) { listening <- a }
 	cs, cc = &collector{}, &collector{}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- run(ctx, &srv, cs.output()) }()
-	var la netip.AddrPort
-	select {
-	case la = <-listening:
-	case err := <-srvErr:
-		t.Fatalf("server: %v", err)
-	}
-	if cli.Port == 0 {
-		cli.Port = int(la.Port())
-	}
-	cli.Device, cli.Addr, cli.PeerPort = dc, la.Addr(), int(ds.Addr().Port())
-	cerr = run(ctx, &cli, cc.output())
-	if cerr != nil {
-		cancel() // the server waits for a client that is not coming
-	}
-	return cs, cc, <-srvErr, cerr
+	serr, cerr = cmtooltest.Pair(t, srvIP, cliIP,
+		func(ctx context.Context, dev *verbs.Context, listening func(netip.AddrPort)) error {
+			srv.Server, srv.Device, srv.Listening = true, dev, listening
+			return run(ctx, &srv, cs.output())
+		},
+		func(ctx context.Context, dev *verbs.Context, la netip.AddrPort, peerPort int) error {
+			if cli.Port == 0 {
+				cli.Port = int(la.Port())
+			}
+			cli.Device, cli.Addr, cli.PeerPort = dev, la.Addr(), peerPort
+			return run(ctx, &cli, cc.output())
+		})
+	return cs, cc, serr, cerr
 }
 
 // Both roles both ways round (server on 127.0.0.2 and on 127.0.0.1), one and several
@@ -163,7 +138,7 @@ func TestResolveOnly(t *testing.T) {
 // supported"): udaddy's UNREACHABLE event line and a failure; a message larger than the
 // active MTU is refused before anything is sent, with udaddy's words.
 func TestClientErrors(t *testing.T) {
-	ds, dc := openDev(t, "127.0.0.2"), openDev(t, "127.0.0.1")
+	ds, dc := cmtooltest.OpenDevice(t, "127.0.0.2"), cmtooltest.OpenDevice(t, "127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The server device's connection manager runs (it listens on another port).
@@ -173,7 +148,8 @@ func TestClientErrors(t *testing.T) {
 	}
 	defer l.Close()
 	c := &collector{}
-	err = run(ctx, &Config{Device: dc, Addr: ds.Addr().Addr(), PeerPort: int(ds.Addr().Port()), Count: 1, Size: 10}, c.output())
+	local := cmtool.Local{Device: dc, PeerPort: int(ds.Addr().Port())}
+	err = run(ctx, &Config{Addr: ds.Addr().Addr(), Count: 1, Size: 10, Local: local}, c.output())
 	if err == nil || !strings.Contains(c.out.String(), "udaddy: event: RDMA_CM_EVENT_UNREACHABLE") {
 		t.Errorf("no listener: %v\n%s", err, c.out.String())
 	}
@@ -182,7 +158,7 @@ func TestClientErrors(t *testing.T) {
 	}
 	port, _ := dc.QueryPort(1)
 	c = &collector{}
-	err = run(ctx, &Config{Device: dc, Addr: ds.Addr().Addr(), PeerPort: int(ds.Addr().Port()), Count: 1, Size: port.ActiveMTU.Bytes() + 1}, c.output())
+	err = run(ctx, &Config{Addr: ds.Addr().Addr(), Count: 1, Size: port.ActiveMTU.Bytes() + 1, Local: local}, c.output())
 	if want := fmt.Sprintf("udaddy: message_size %d is larger than active mtu %d", port.ActiveMTU.Bytes()+1, port.ActiveMTU.Bytes()); err == nil ||
 		!strings.Contains(c.out.String(), want) {
 		t.Errorf("size above the MTU: %v\n%s", err, c.out.String())
@@ -197,7 +173,7 @@ func TestParseArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Server || cfg.Addr != netip.MustParseAddr("127.0.0.2") || cfg.Bind != netip.MustParseAddr("127.0.0.1") || cfg.Connections != 2 ||
-		cfg.Count != 5 || cfg.Size != 64 || cfg.Port != 9000 || !o.json {
+		cfg.Count != 5 || cfg.Size != 64 || cfg.Port != 9000 || !o.JSON {
 		t.Errorf("client: %+v %+v", cfg, o)
 	}
 	cfg, _, err = parseArgs(nil, &stderr)

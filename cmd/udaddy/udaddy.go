@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"sync"
 
@@ -27,18 +26,13 @@ type Config struct {
 	Server      bool       // no -s
 	Addr        netip.Addr // -s: the server's address (client)
 	Bind        netip.Addr // -b: the address to bind (the device's)
-	DevAddr     netip.Addr // --dev-addr: this side's device (default -b; a client without -b: the route's source address)
 	Port        int        // --port: the rdma_cm port (udaddy's fixed 7174)
 	Connections int        // -c
 	Count       int        // -C: messages each way per connection (0: none)
 	Size        int        // -S: message size (0: no messages, as udaddy)
-	UDPPort     int        // --udp-port: this device's RoCEv2 port (4791); a client's peer has the same one
-	PeerPort    int        // tests: the server device's UDP port (0: UDPPort)
-	Pcap        string     // --pcap: the device's packets to this file
-	// Device, if set, is the device to use (tests); it is not closed.
-	Device *verbs.Context
-	// Listening, if set, is called once the server listens (tests).
-	Listening func(netip.AddrPort)
+	// Local is the device: --dev-addr (default -b; a client without -b: the route's
+	// source address), --udp-port, --pcap, and what tests set instead.
+	cmtool.Local
 }
 
 func (c *Config) defaults() {
@@ -48,12 +42,7 @@ func (c *Config) defaults() {
 	if c.Connections == 0 {
 		c.Connections = defaultConnections
 	}
-	if c.UDPPort == 0 {
-		c.UDPPort = verbs.DefaultPort
-	}
-	if c.PeerPort == 0 {
-		c.PeerPort = c.UDPPort
-	}
+	c.Local.Defaults()
 	if c.Size == 0 {
 		c.Count = 0 // udaddy: no message size, no messages
 	}
@@ -100,19 +89,9 @@ type Result struct {
 	QP   verbs.Counters `json:"qp"`
 }
 
-// output is where a run writes: out takes udaddy's progress lines; emit gets each
-// connection's result.
-type output struct {
-	mu   sync.Mutex
-	out  io.Writer
-	emit func(*Result)
-}
-
-func (o *output) printf(format string, a ...any) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	fmt.Fprintf(o.out, format, a...)
-}
+// output is where a run writes: Out takes udaddy's progress lines; Emit gets each
+// connection's result. udaddy writes nothing to Log.
+type output = cmtool.Output[*Result]
 
 // node is one connection's verbs objects, as udaddy's struct cmatest_node.
 type node struct {
@@ -140,27 +119,11 @@ func run(ctx context.Context, cfg *Config, o *output) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	dev := cfg.Device
-	if dev == nil {
-		addr := cfg.DevAddr
-		switch {
-		case addr.IsValid():
-		case cfg.Bind.IsValid():
-			addr = cfg.Bind
-		default:
-			a, err := cmtool.LocalAddrFor(cfg.Addr)
-			if err != nil {
-				return fmt.Errorf("udaddy: failure getting addr: %w", err)
-			}
-			addr = a
-		}
-		var err error
-		dev, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: addr, Port: cfg.UDPPort, PcapFile: cfg.Pcap})
-		if err != nil {
-			return fmt.Errorf("opening the device at %v: %w", addr, err)
-		}
-		defer dev.Close()
+	dev, release, err := cfg.Open(cfg.Bind, cfg.Addr, "udaddy: failure getting addr")
+	if err != nil {
+		return err
 	}
+	defer release()
 	nodes := make([]*node, cfg.Connections)
 	for i := range nodes {
 		nodes[i] = &node{id: i}
@@ -170,13 +133,12 @@ func run(ctx context.Context, cfg *Config, o *output) error {
 			n.free()
 		}
 	}()
-	var err error
 	if cfg.Server {
 		err = runServer(ctx, cfg, dev, nodes, o)
 	} else {
 		err = runClient(ctx, cfg, dev, nodes, o)
 	}
-	o.printf("test complete\n")
+	o.Printf("test complete\n")
 	counters := cmtool.Read(dev)
 	sidr := cm.SIDRCounters(dev)
 	for _, n := range nodes {
@@ -193,21 +155,19 @@ func run(ctx context.Context, cfg *Config, o *output) error {
 		}
 		r.OK = n.up && r.Error == "" && r.Bad == 0 && r.Received == cfg.Count && r.Sent == cfg.Count
 		r.Counters, r.SIDR = counters, sidr
-		if o.emit != nil {
-			o.emit(r)
-		}
+		o.Result(r)
 	}
 	if err != nil {
-		o.printf("return status %s\n", err)
+		o.Printf("return status %s\n", err)
 		return err
 	}
 	for _, n := range nodes {
 		if !n.res.OK {
-			o.printf("return status 1\n")
+			o.Printf("return status 1\n")
 			return fmt.Errorf("connection %d: %d of %d datagrams received, %d bad", n.id, n.res.Received, cfg.Count, n.res.Bad)
 		}
 	}
-	o.printf("return status 0\n")
+	o.Printf("return status 0\n")
 	return nil
 }
 
@@ -350,7 +310,7 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*no
 	defer l.Close()
 	// Printed once listening (udaddy prints it just before): a script may start the
 	// client when it sees the line.
-	o.printf("udaddy: starting server\n")
+	o.Printf("udaddy: starting server\n")
 	if cfg.Listening != nil {
 		cfg.Listening(l.Addr())
 	}
@@ -360,12 +320,12 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*no
 			return fmt.Errorf("udaddy: waiting for connection requests: %w", err)
 		}
 		if err := n.init(dev, cfg); err != nil {
-			o.printf("udaddy: failing connection request\n")
+			o.Printf("udaddy: failing connection request\n")
 			_ = req.Reject(nil)
 			return err
 		}
 		if err := req.Accept(n.qp, nil); err != nil {
-			o.printf("udaddy: failure accepting: %v\n", err)
+			o.Printf("udaddy: failure accepting: %v\n", err)
 			return err
 		}
 		n.req, n.peer, n.up = req, req.Remote, true
@@ -373,11 +333,11 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*no
 	if cfg.Count == 0 {
 		return nil
 	}
-	o.printf("receiving data transfers\n")
+	o.Printf("receiving data transfers\n")
 	if err := poll(ctx, cfg, nodes, replyAH); err != nil {
 		return err
 	}
-	o.printf("sending replies\n")
+	o.Printf("sending replies\n")
 	for _, n := range nodes {
 		if err := n.postSends(cfg, verbs.SendSignaled); err != nil {
 			return err
@@ -386,7 +346,7 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*no
 	if err := poll(ctx, cfg, nodes, nil); err != nil {
 		return err
 	}
-	o.printf("data transfers complete\n")
+	o.Printf("data transfers complete\n")
 	return nil
 }
 
@@ -419,8 +379,8 @@ func replyAH(n *node, wc *verbs.WorkCompletion) error {
 // resolution of the server's port, all at once; then -C datagrams from each connected
 // node to the server's QP, and -C replies awaited.
 func runClient(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*node, o *output) error {
-	o.printf("udaddy: starting client\n")
-	o.printf("udaddy: connecting\n")
+	o.Printf("udaddy: starting client\n")
+	o.Printf("udaddy: connecting\n")
 	remote := netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
@@ -452,7 +412,7 @@ func runClient(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*no
 		if err == nil {
 			continue
 		}
-		o.printf("udaddy: event: %s, error: %v\n", eventName(err), err)
+		o.Printf("udaddy: event: %s, error: %v\n", eventName(err), err)
 		nodes[i].res.Error = err.Error()
 		if first == nil {
 			first = err
@@ -464,17 +424,17 @@ func runClient(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*no
 	if cfg.Count == 0 {
 		return nil
 	}
-	o.printf("initiating data transfers\n")
+	o.Printf("initiating data transfers\n")
 	for _, n := range nodes {
 		if err := n.postSends(cfg, 0); err != nil {
 			return err
 		}
 	}
-	o.printf("receiving data transfers\n")
+	o.Printf("receiving data transfers\n")
 	if err := poll(ctx, cfg, nodes, nil); err != nil {
 		return err
 	}
-	o.printf("data transfers complete\n")
+	o.Printf("data transfers complete\n")
 	return nil
 }
 

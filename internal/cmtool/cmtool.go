@@ -1,6 +1,9 @@
 // Package cmtool holds what softrnic's counterparts of librdmacm's example programs
-// (cmd/rping, cmd/ucmatose) share: getopt-style command lines, the choice of the local
-// device address, the completion loop of a CQ with a completion channel, and the
+// (cmd/rping, cmd/ucmatose, cmd/udaddy) share: getopt-style command lines with the flags
+// softrnic adds to every tool (--dev-addr, --udp-port, --pcap, --json, --stats,
+// --timeout), the choice and opening of the local device, the exit status of a bad
+// command line and the context of a run (also cmd/pingpong's), the output a run writes
+// from several goroutines, the completion loop of a CQ with a completion channel, and the
 // counters each tool reports after a run.
 package cmtool
 
