@@ -345,7 +345,7 @@ func TestLossyLink(t *testing.T) {
 			guestWant: []string{"300 iters in"}, hostWant: []string{`"checked":true`}},
 	} {
 		c.lossy, c.timeout = true, 5*time.Minute
-		c.tool, c.mode = strings.SplitN(c.name, "/", 2)[0], "ordered, 1 % loss each way, reordering; "+modeOf(c.guest)
+		c.tool, c.mode = strings.Fields(c.guest)[0], "ordered, 1 % loss each way, reordering; "+modeOf(c.guest)
 		t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
 	}
 	t.Log(execOK(t, vm, time.Minute, "tc -s qdisc show dev eth0; tc -s qdisc show dev ifb9"))
