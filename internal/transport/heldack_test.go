@@ -10,14 +10,23 @@ import (
 )
 
 // TestHeldAckSentOnTeardown: an ACK held back to ride along with the consumer's next send
-// (a SEND received while a consumer polls) goes out when the QP is destroyed, or the
-// device closed, right after the receive completed, before the next send. Dropped, it
-// left the peer's last SEND unacknowledged: ibv_rc_pingpong's server (Linux rxe) ended in
-// "transport retry counter exceeded" when a softrnic client destroyed its QP as soon as
-// the server's last SEND arrived.
+// (a SEND received while a consumer polls) goes out when the QP is destroyed, the device
+// closed, or the QP moved to ERR or RESET, right after the receive completed and before
+// the next send. Dropped, it left the peer's last SEND unacknowledged: ibv_rc_pingpong's
+// server (Linux rxe) ended in "transport retry counter exceeded" when a softrnic client
+// destroyed its QP as soon as the server's last SEND arrived, and a connection manager's
+// disconnect moves the QP to ERR just as soon.
 func TestHeldAckSentOnTeardown(t *testing.T) {
-	for _, teardown := range []string{"DestroyQP", "Close"} {
-		t.Run(teardown, func(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		teardown func(b *side) error
+	}{
+		{"DestroyQP", func(b *side) error { b.qp.Destroy(); return nil }},
+		{"Close", func(b *side) error { return b.d.Close() }},
+		{"ModifyToErr", func(b *side) error { return b.qp.Modify(&Attr{State: StateErr}, MaskState, Limits{}) }},
+		{"ModifyToReset", func(b *side) error { return b.qp.Modify(&Attr{State: StateReset}, MaskState, Limits{}) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			const psnA = 0x777
 			var mu sync.Mutex
 			acked := []wire.PSN{}
@@ -67,15 +76,11 @@ func TestHeldAckSentOnTeardown(t *testing.T) {
 			}
 			mu.Unlock()
 
-			if teardown == "DestroyQP" {
-				b.qp.Destroy()
-			} else {
-				must(t, b.d.Close())
-			}
+			must(t, c.teardown(b))
 			mu.Lock()
 			defer mu.Unlock()
 			if len(acked) != 1 || acked[0] != psnA {
-				t.Fatalf("ACKs sent at %s: %v, want one for PSN %#x", teardown, acked, psnA)
+				t.Fatalf("ACKs sent at %s: %v, want one for PSN %#x", c.name, acked, psnA)
 			}
 		})
 	}

@@ -402,6 +402,14 @@ type Limits struct {
 // ibv_modify_qp's rules. On error nothing changes.
 func (q *QP) Modify(a *Attr, mask uint32, lim Limits) error {
 	q.mu.Lock()
+	// An ACK held back to ride along with the next send is owed for messages this side
+	// has already completed: it goes out before the QP leaves for ERR or RESET, as at
+	// Destroy. Dropped, the peer's last SEND or WRITE stays unacknowledged (rdma_cm's
+	// disconnect moves the QP to ERR as soon as the peer's last message completed here).
+	if mask&MaskState != 0 && (a.State == StateErr || a.State == StateReset) && !q.destroyed &&
+		q.resp.ackDeferred && q.state != StateReset && q.state != StateErr {
+		q.flushAckRelock() // releases and retakes q.mu
+	}
 	cur := q.state
 	err := q.modifyLocked(a, mask, lim)
 	if err == nil && cur == StateSQD && q.state == StateRTS {
