@@ -6,10 +6,14 @@
 //	rperf TEST                   server: waits for a client on TCP port 18515
 //	rperf TEST HOST              client: connects to the server on HOST
 //
-// With --cm (any of the above; perftest's -R) the queue pairs are connected through the
-// connection manager (package cm: ConnectRequest, ConnectReply, ReadyToUse between the
+// With --cm or -R (any of the above; perftest's -R) the queue pairs are connected through
+// the connection manager (package cm: ConnectRequest, ConnectReply, ReadyToUse between the
 // devices' QP1) instead of by exchanging QP numbers and PSNs over the control connection,
-// and disconnected through it after the test. Client and server must both use --cm.
+// and disconnected through it after the test. Client and server must both use it. A
+// server with it opens its devices (--dev-addr, or one per address of the host) on UDP
+// 4791 and listens through the connection manager before any client comes: it serves
+// rperf --cm clients (control connection over TCP, QPs through the CM) and perftest's -R
+// clients, which speak nothing but rdma_cm (rperf TEST --perftest -R HOST is one).
 //
 // With --perftest the client speaks perftest's own exchange and runs perftest's traffic,
 // so that its server may be perftest's tool (ib_write_bw etc., e.g. on Linux rxe); the
@@ -61,7 +65,9 @@ func main() {
   rperf TEST                 serve one client (TCP port %d): an rperf client in rperf's own
                              protocol, any other (perftest's ib_TEST, rperf --perftest) in perftest's
   rperf TEST HOST            run TEST against the server on HOST
-  ... --cm                   connect the QPs through the connection manager (both sides)
+  ... --cm, -R               connect the QPs through the connection manager (both sides); with
+                             --perftest as perftest's -R: the exchange over rdma_cm too, no TCP; a
+                             server listens on its devices (UDP 4791) from the start
   ... --perftest             speak perftest's exchange: the peer may be perftest's ib_TEST (client
                              or server); each side then takes -s, -n, -a, --qps from its own flags
 tests: %s
@@ -88,12 +94,13 @@ flags:
 	fs.BoolVar(&o.stats, "stats", false, "print the devices' packet counters after each test")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per result")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process")
-	fs.BoolVar(&o.cfg.CM, "cm", false, "connect the QPs through the connection manager (package cm; perftest's -R): the server listens on its device with the control port's number as service port; client and server must both use it")
+	fs.BoolVar(&o.cfg.CM, "cm", false, "connect the QPs through the connection manager (package cm; perftest's -R): the server opens its devices (--dev-addr, or every address of the host) on UDP 4791 and listens on them with the control port's number as rdma_cm port before any client comes; client and server must both use it; with --perftest the exchange goes over rdma_cm too")
+	fs.BoolVar(&o.cfg.CM, "R", false, "the same as --cm (perftest's -R)")
 	fs.IntVar(&o.port, "p", perf.DefaultControlPort, "TCP port of the control connection")
-	fs.StringVar(&o.devAddr, "dev-addr", "", "IP address of this side's device (default: the control connection's local address)")
+	fs.StringVar(&o.devAddr, "dev-addr", "", "IP address of this side's device (default: the control connection's local address; a --cm server: every address of the host; a --perftest -R client: the address the server is reached from)")
 	fs.StringVar(&o.faults, "faults", "", "fault injection, e.g. loss=0.01,reorder=0.02 (default: $SOFTRNIC_FAULTS)")
 	var timeout uint
-	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout")
+	fs.UintVar(&timeout, "timeout", 14, "local ACK timeout exponent: 4.096 us * 2^timeout (with --perftest -R: default 19, as Linux's rdma_cm gives RoCE QPs)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	traceFile := fs.String("trace", "", "write a Go execution trace to this file (go tool trace FILE; -pprof=sched shows where goroutines waited for a processor)")
 	pcapFile := fs.String("pcap", "", "write every packet of the client's device to this pcap file, as its link carries it (tshark -r FILE; up to 256 MiB)")
@@ -124,6 +131,9 @@ flags:
 		}
 		if !given["tx-depth"] {
 			o.cfg.TxDepth = 0
+		}
+		if !given["timeout"] {
+			o.cfg.Timeout = 0 // perftest's: 14, or rdma_cm's 19 with -R
 		}
 	}
 	switch *ordering {
@@ -324,18 +334,35 @@ func runPerftestable(o *options, pos []string, devAddr netip.Addr, printer *prin
 	case len(pos) == 1:
 		how := "rperf clients in rperf's protocol, others in perftest's"
 		switch {
+		case c.Perftest && c.CM:
+			how = "perftest's exchange, over TCP or rdma_cm (-R)"
 		case c.Perftest:
 			how = "perftest's exchange"
 		case c.CM:
-			how += fmt.Sprintf("; with rperf clients QPs through the connection manager, service port %d", o.port)
+			how = "rperf --cm clients in rperf's protocol, perftest's over TCP or over rdma_cm (-R)"
 		}
+		srv, err := perf.NewServer(c, fmt.Sprintf(":%d", o.port), devAddr)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		for _, e := range srv.Skipped {
+			fmt.Fprintf(os.Stderr, "rperf: %v\n", e)
+		}
+		where := fmt.Sprintf("TCP port %d", o.port)
+		if devs := srv.Devices(); len(devs) > 0 {
+			var ds []string
+			for _, d := range devs {
+				ds = append(ds, d.String())
+			}
+			where += fmt.Sprintf(" and rdma_cm port %d on devices %s", o.port, strings.Join(ds, " "))
+		}
+		// A client may connect from now on.
+		fmt.Fprintf(os.Stderr, "rperf: %s server waiting on %s (%s)\n", c.Test, where, how)
 		// An rperf client with -a connects once per size (23 of them); a perftest client
 		// goes through every size in one connection.
 		for i, n := 0, 1; i < n; i++ {
-			ready := func(net.Addr) { // listening: a client may connect from now on
-				fmt.Fprintf(os.Stderr, "rperf: %s server waiting on TCP port %d (%s)\n", c.Test, o.port, how)
-			}
-			rs, err := perf.Serve(c, fmt.Sprintf(":%d", o.port), devAddr, o.stats, ready)
+			rs, err := srv.ServeOne(o.stats)
 			if err != nil {
 				return err
 			}

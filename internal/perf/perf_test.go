@@ -66,6 +66,7 @@ type server struct {
 	devAddr  netip.Addr // invalid: the control connection's address
 	ordering verbs.Ordering
 	cm       bool
+	rocePort int // with cm: the device's UDP port, opened before any client (0: 4791)
 }
 
 type outcome struct {
@@ -82,7 +83,7 @@ func clientServer(srv server, c Config, clientDev netip.Addr, stats bool) (clien
 	addrc := make(chan net.Addr, 1)
 	sc := make(chan outcome, 1)
 	go func() {
-		r, err := ServeOnce(Config{Test: srv.test, Ordering: srv.ordering, CM: srv.cm}, "127.0.0.1:0", srv.devAddr, stats, func(a net.Addr) { addrc <- a })
+		r, err := ServeOnce(Config{Test: srv.test, Ordering: srv.ordering, CM: srv.cm, RoCEPort: srv.rocePort}, "127.0.0.1:0", srv.devAddr, stats, func(a net.Addr) { addrc <- a })
 		sc <- outcome{r, err}
 	}()
 	r, err := RunClient(c, (<-addrc).String(), clientDev, stats)
@@ -240,7 +241,9 @@ func TestClientServerCM(t *testing.T) {
 		if isBW(tc.test) {
 			c.Size = 8192
 		}
-		cl, s := clientServer(server{devAddr: tc.srvDevice, ordering: tc.srv, cm: true}, c, DefaultAddrs[0], true)
+		// The server's device opens (and listens) before the client comes, on a free port
+		// here (4791 by default).
+		cl, s := clientServer(server{devAddr: tc.srvDevice, ordering: tc.srv, cm: true, rocePort: freeRoCEPort(t)}, c, DefaultAddrs[0], true)
 		if cl.err != nil || s.err != nil {
 			t.Fatalf("%s: client %v, server %v", tc.test, cl.err, s.err)
 		}
@@ -265,7 +268,7 @@ func TestClientServerCM(t *testing.T) {
 	}
 	// Both sides must agree on --cm: either disagreement is refused, clearly, on both.
 	for _, srvCM := range []bool{true, false} {
-		cl, s := clientServer(server{cm: srvCM}, Config{Test: "send_bw", Iters: 10, CM: !srvCM}, netip.Addr{}, false)
+		cl, s := clientServer(server{cm: srvCM, rocePort: freeRoCEPort(t)}, Config{Test: "send_bw", Iters: 10, CM: !srvCM}, netip.Addr{}, false)
 		if cl.err == nil || s.err == nil || !strings.Contains(cl.err.Error(), "--cm") || !strings.Contains(s.err.Error(), "--cm") {
 			t.Fatalf("server --cm=%v, client --cm=%v: client %v, server %v", srvCM, !srvCM, cl.err, s.err)
 		}

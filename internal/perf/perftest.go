@@ -1,7 +1,7 @@
 package perf
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -32,7 +33,9 @@ import (
 //     given, otherwise what rxe would report as active on the device address's interface
 //     (the interface MTU less 80 bytes of headers, rounded down: 1024 on a 1500-byte link,
 //     4096 on loopback).
-//   - Ordered mode; no --cm (perftest's -R) yet, no weak mode, no threads or events.
+//   - Ordered mode; no weak mode, no threads or events.
+//   - With Config.CM (perftest's -R, perftest_cm.go) the exchange goes over an RC QP
+//     that rdma_cm connects, and the test's QPs are connected through rdma_cm too.
 //   - The buffers: per QP a source region and a target region of max(size, page size)
 //     bytes (rounded up to a cache line), the target region's address is the one
 //     advertised; messages smaller than half a page move along the regions in
@@ -60,6 +63,11 @@ const (
 	ptTailDropped  = 2       // LAT_MEASURE_TAIL
 	ptCheckAlive   = 60 * time.Second
 )
+
+// ptCMTimeout is the local ACK timeout of the QPs with -R: what Linux's rdma_cm gives a
+// RoCE QP (its route's packet lifetime plus one; the REQs of perftest 4.5's -R client on
+// Linux 6.1 carry 19, 2.1 s), where perftest without -R sets 14 (67 ms).
+const ptCMTimeout = 19
 
 // ptDoneWait bounds the wait for the peer's "done" after the closing handshake.
 const ptDoneWait = 2 * time.Second
@@ -97,7 +105,10 @@ func (c *Config) perftestDefaults() {
 		c.Threads = 1
 	}
 	if c.Timeout == 0 {
-		c.Timeout = 14
+		c.Timeout = 14 // perftest's ctx_connect
+		if c.CM {
+			c.Timeout = ptCMTimeout
+		}
 	}
 	if c.TxDepth == 0 {
 		c.TxDepth = 1 // DEF_TX_LAT
@@ -150,8 +161,6 @@ func (c *Config) validatePerftest() error {
 		return fmt.Errorf("atomic type %q: want %s", c.AtomicType, strings.Join(AtomicTypes, " or "))
 	}
 	switch {
-	case c.CM:
-		return errors.New("--perftest with --cm (perftest's -R) is not supported yet")
 	case c.Ordering == verbs.OrderingWeak:
 		return errors.New("--perftest: a standard peer has ordered mode only")
 	case c.Threads > 1 || c.Events:
@@ -219,7 +228,8 @@ type ptSide struct {
 	my     []ptDest
 	rem    []ptDest
 	qpIdx  map[uint32]int
-	posted []int // per QP: receives posted for the current size (send tests)
+	posted []int      // per QP: receives posted for the current size (send tests)
+	conns  []*cm.Conn // with -R: QP q's connection
 }
 
 // newPtSide opens a device at addr (or uses ctx) for a side whose exchange settled on p.
@@ -327,17 +337,7 @@ func (s *ptSide) fill() {
 // The peer listens on RoCEPort and sends from any port of its address.
 func (s *ptSide) connect() error {
 	c := s.cfg
-	var access verbs.AccessFlags
-	switch {
-	case isAtomic(c.Test):
-		access = verbs.AccessRemoteAtomic
-	case strings.HasPrefix(c.Test, "read_"):
-		access = verbs.AccessRemoteRead
-	case strings.HasPrefix(c.Test, "write_"):
-		access = verbs.AccessRemoteWrite
-	default:
-		access = verbs.AccessRemoteWrite | verbs.AccessLocalWrite
-	}
+	access := s.access()
 	for q, qp := range s.qps {
 		my, rem := s.my[q], s.rem[q]
 		ep := verbs.Endpoint{GID: rem.GID, Port: uint16(c.RoCEPort), QPNum: rem.QPN, PSN: rem.PSN, AnySourcePort: true}
@@ -366,7 +366,25 @@ func (s *ptSide) connect() error {
 	return nil
 }
 
+// access is the remote access the test needs on its QPs, as perftest's ctx_connect gives.
+func (s *ptSide) access() verbs.AccessFlags {
+	switch test := s.cfg.Test; {
+	case isAtomic(test):
+		return verbs.AccessRemoteAtomic
+	case strings.HasPrefix(test, "read_"):
+		return verbs.AccessRemoteRead
+	case strings.HasPrefix(test, "write_"):
+		return verbs.AccessRemoteWrite
+	}
+	return verbs.AccessRemoteWrite | verbs.AccessLocalWrite
+}
+
+// readOrAtomic reports whether test issues RDMA READs or atomics (perftest's out_reads
+// and rdma_cm's responder resources matter).
+func readOrAtomic(test string) bool { return strings.HasPrefix(test, "read_") || isAtomic(test) }
+
 func (s *ptSide) close() {
+	_ = s.endCM(true, true) // what the session did not end (nothing normally)
 	for _, qp := range s.qps {
 		qp.DestroyQP()
 	}
@@ -396,6 +414,34 @@ type ptSession struct {
 	ownMTU verbs.MTU
 	// traffic, if set, replaces the traffic of each size (the exchange tests).
 	traffic func(size int) (Result, error)
+	// cm, with -R: the QPs are connected through the connection manager.
+	cm *ptCM
+	// base is the device's counters before the session (a server's device serves one
+	// client after another): results carry what the session added.
+	base verbs.Counters
+}
+
+// hsSync is a handshake whose only purpose is to synchronise (perftest's around its
+// rdma_cm connections, with destinations of zeros).
+func (t *ptSession) hsSync() error {
+	_, err := t.pc.handshake(ptDest{})
+	return err
+}
+
+// connectCM is -R's part of create_rdma_cm_connection: a handshake, the connections
+// (the server listening, the client connecting one per QP), another handshake.
+func (t *ptSession) connectCM() error {
+	if err := t.s.cmInit(); err != nil {
+		return err
+	}
+	if err := t.hsSync(); err != nil {
+		return err
+	}
+	if err := t.cm.connect(t.s); err != nil {
+		return err
+	}
+	t.s.cmConnected()
+	return t.hsSync()
 }
 
 // hs is one handshake with QP q's destination (all of them are the same string again
@@ -442,6 +488,9 @@ func (t *ptSession) checkPeer() error {
 // receives are posted first).
 func (t *ptSession) connectPhase() error {
 	connect := func() error {
+		if t.cm != nil {
+			return nil // rdma_cm connected them (perftest skips ctx_connect with -R)
+		}
 		if err := t.checkPeer(); err != nil {
 			return err
 		}
@@ -471,9 +520,9 @@ func (t *ptSession) connectPhase() error {
 // would print: the client its own results; the server of write/read/atomic_bw the
 // client's report, of send_bw and the ping-pong latency tests its own, of read_lat and
 // atomic_lat nothing (a Passive result).
-func (t *ptSession) run() ([]Result, error) {
+func (t *ptSession) run() (_ []Result, err error) {
 	c := t.cfg
-	_ = t.pc.conn.SetDeadline(time.Now().Add(ptSetupTimeout))
+	t.pc.setDeadline(time.Now().Add(ptSetupTimeout))
 	params, err := t.pc.prefix(ptParams{Cycle: os.Getpagesize(), CacheLine: ptCacheLine, MTU: t.ownMTU})
 	if err != nil {
 		return nil, err
@@ -482,10 +531,20 @@ func (t *ptSession) run() ([]Result, error) {
 		return nil, err
 	}
 	defer t.s.close()
+	if t.cm != nil {
+		defer func() {
+			if cerr := t.s.endCM(t.cm.client, err != nil); err == nil {
+				err = cerr
+			}
+		}()
+		if err := t.connectCM(); err != nil {
+			return nil, err
+		}
+	}
 	if err := t.connectPhase(); err != nil {
 		return nil, err
 	}
-	_ = t.pc.conn.SetDeadline(time.Time{}) // the peer may take long over the traffic
+	t.pc.setDeadline(time.Time{}) // the peer may take long over the traffic
 	var out []Result
 	traffic := t.traffic
 	if traffic == nil {
@@ -586,7 +645,7 @@ func (t *ptSession) run() ([]Result, error) {
 
 // decorate fills what every result of the session carries.
 func (t *ptSession) decorate(r Result) Result {
-	r.Test, r.Ordering, r.Perftest = t.cfg.Test, verbs.OrderingOrdered.String(), true
+	r.Test, r.Ordering, r.Perftest, r.CM = t.cfg.Test, verbs.OrderingOrdered.String(), true, t.cm != nil
 	r.PeerVersion = t.pc.remVerStr
 	r.MTU = t.s.params.MTU.Bytes()
 	if r.Measured == "" && !r.Passive {
@@ -597,7 +656,7 @@ func (t *ptSession) decorate(r Result) Result {
 	}
 	r.Checked = t.cfg.Check && t.traffic == nil && !r.Passive
 	if t.stats {
-		k := t.s.ctx.Counters()
+		k := countersSince(t.s.ctx.Counters(), t.base)
 		if t.pc.client {
 			r.Counters = &Stats{Client: k}
 		} else {
@@ -620,12 +679,34 @@ func ptOwnMTU(c *Config, dev netip.Addr) verbs.MTU {
 
 // PerftestClient runs c (perftest mode) against the server at ctlAddr, a perftest tool or
 // rperf, and returns this side's results (one per size). The device binds to devAddr, or
-// to the control connection's local address.
+// to the control connection's local address. With c.CM (perftest's -R) there is no TCP:
+// ctlAddr's port is the server's rdma_cm port, the device (on c.RoCEPort, by default
+// 4791) binds to devAddr or to the address this host reaches the server from.
 func PerftestClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) ([]Result, error) {
 	c.Perftest = true
 	c.Defaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if c.CM {
+		ta, err := net.ResolveTCPAddr("tcp", ctlAddr)
+		if err != nil {
+			return nil, err
+		}
+		remote := netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port())
+		if !devAddr.IsValid() {
+			if devAddr, err = localAddrFor(remote.Addr()); err != nil {
+				return nil, err
+			}
+		}
+		dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: devAddr, Port: c.RoCEPort, Queues: c.Queues, Faults: c.Faults,
+			Window: c.Window, BusyPoll: c.BusyPoll, Capture: c.Capture})
+		if err != nil {
+			return nil, err
+		}
+		defer dev.Close()
+		defer shareHostAddr(remote.Addr())()
+		return perftestDialCM(&c, dev, remote, stats, nil)
 	}
 	conn, err := net.DialTimeout("tcp", ctlAddr, 10*time.Second)
 	if err != nil {
@@ -642,10 +723,12 @@ func PerftestClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) ([
 // perftestConn runs a session on conn (reading through r), with the device at addr or
 // ctx.
 func perftestConn(c *Config, conn net.Conn, r io.Reader, client bool, ctx *verbs.Context, addr netip.Addr, stats bool) ([]Result, error) {
+	t := &ptSession{cfg: c, pc: &ptConn{conn: conn, r: r, client: client}, stats: stats}
 	if ctx != nil {
 		addr = ctx.Addr().Addr()
+		t.base = ctx.Counters()
 	}
-	t := &ptSession{cfg: c, pc: &ptConn{conn: conn, r: r, client: client}, stats: stats, ownMTU: ptOwnMTU(c, addr)}
+	t.ownMTU = ptOwnMTU(c, addr)
 	t.open = func(p ptParams) (*ptSide, error) { return newPtSide(c, client, ctx, addr, p) }
 	rs, err := t.run()
 	if err != nil {
@@ -658,60 +741,9 @@ func perftestConn(c *Config, conn net.Conn, r io.Reader, client bool, ctx *verbs
 	return rs, nil
 }
 
-// Serve listens on ctlAddr for one client and runs the test with it. A client that
-// starts with a JSON object is an rperf client in rperf's own mode (ServeOnce); any other
-// (perftest's tools, rperf --perftest) speaks perftest's exchange, which the server then
-// runs with its own configuration own (own.Perftest makes it accept only those). It
-// returns the results this side reports: in rperf's mode the client's result; in
-// perftest mode what perftest's server prints (see ptSession.run).
-func Serve(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready func(net.Addr)) ([]Result, error) {
-	ln, err := net.Listen("tcp", ctlAddr)
-	if err != nil {
-		return nil, err
-	}
-	defer ln.Close()
-	if ready != nil {
-		ready(ln.Addr())
-	}
-	conn, err := ln.Accept()
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	defer shareHost(conn.RemoteAddr())()
-	br := bufio.NewReader(conn)
-	perftest := own.Perftest
-	if !perftest {
-		// perftest's client writes its version first ("6.06"), rperf's a JSON object.
-		_ = conn.SetReadDeadline(time.Now().Add(ptSetupTimeout))
-		b, err := br.Peek(1)
-		if err != nil {
-			return nil, fmt.Errorf("control: %w", err)
-		}
-		_ = conn.SetReadDeadline(time.Time{})
-		perftest = b[0] != '{'
-	}
-	if !devAddr.IsValid() {
-		devAddr = conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	}
-	if !perftest {
-		r, err := serveRperf(own, conn, br, devAddr, stats, uint16(ln.Addr().(*net.TCPAddr).Port))
-		if err != nil {
-			return nil, err
-		}
-		return []Result{r}, nil
-	}
-	c := own
-	c.Perftest = true
-	c.Defaults()
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return perftestConn(&c, conn, br, false, nil, devAddr, stats)
-}
-
 // PerftestLoopback runs c in perftest mode with both sides in this process: the server
-// listens on a TCP port of 127.0.0.1, the devices are at addrs[0] (client) and addrs[1]
+// listens on a TCP port of 127.0.0.1 (with c.CM, perftest's -R: on rdma_cm port
+// DefaultControlPort of its device), the devices are at addrs[0] (client) and addrs[1]
 // (server), both on one UDP port (c.RoCEPort, or a free one). It returns both sides'
 // results.
 func PerftestLoopback(c Config, addrs [2]netip.Addr, stats bool) (client, server []Result, err error) {
@@ -727,16 +759,43 @@ func PerftestLoopback(c Config, addrs [2]netip.Addr, stats bool) (client, server
 	}
 	defer devs[0].Close()
 	defer devs[1].Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ln.Close()
 	type out struct {
 		rs  []Result
 		err error
 	}
 	sc := make(chan out, 1)
+	if c.CM {
+		l, err := cm.Listen(devs[1], DefaultControlPort)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer l.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			req, err := l.Accept(ctx)
+			if err != nil {
+				sc <- out{nil, err}
+				return
+			}
+			sconf := c
+			rs, err := perftestAcceptCM(&sconf, devs[1], l, req, stats, nil)
+			sc <- out{rs, err}
+		}()
+		cconf := c
+		crs, cerr := perftestDialCM(&cconf, devs[0], netip.AddrPortFrom(addrs[1], DefaultControlPort), stats, nil)
+		if cerr != nil {
+			cancel()
+			devs[0].Close() // the server may be waiting for the next message
+		}
+		so := <-sc
+		return crs, so.rs, errors.Join(cerr, so.err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
 	go func() {
 		conn, err := ln.Accept()
 		if err != nil {

@@ -195,7 +195,13 @@ type ptMsg struct {
 // perftest's server and client of that test, as tcpdump captured them (one segment per
 // message: perftest writes each with one write(2), and each went alone).
 func ptTranscript(t *testing.T, name string) []ptMsg {
-	f, err := os.Open(filepath.Join("testdata", "perftest-4.5-0.17", name+".txt"))
+	return readTranscript(t, filepath.Join("testdata", "perftest-4.5-0.17", name+".txt"))
+}
+
+// readTranscript reads a transcript file: "C hex" and "S hex" lines, '#' comments.
+func readTranscript(t *testing.T, path string) []ptMsg {
+	name := filepath.Base(path)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

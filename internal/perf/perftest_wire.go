@@ -17,7 +17,7 @@ import (
 
 // perftest's out-of-band exchange (linux-rdma/perftest, the 4.5-0.17 release Debian 12
 // ships, which calls itself "6.06"), as it goes over the TCP connection to port 18515
-// without rdma_cm (-R):
+// without rdma_cm (-R; with it the same steps go over an RC QP, perftest_cm.go):
 //
 //   - Every step is one fixed-size message each way, in lockstep: the client (the side
 //     given a server name) writes its message and then reads the server's; the server
@@ -172,40 +172,69 @@ type ptReport struct {
 	MsgRate float64 // Mpps
 }
 
-// ptConn is the control connection of perftest's exchange: w writes, r reads (a
-// buffered reader over the same connection, possibly one that already peeked at it).
+// ptConn is the control connection of perftest's exchange: over TCP, conn writes and r
+// reads (a buffered reader over the same connection, possibly one that already peeked at
+// it); with -R (rc set) the messages are SENDs on an RC QP that rdma_cm connected.
 type ptConn struct {
 	conn   net.Conn
 	r      io.Reader
+	rc     *ptComm
 	client bool // writes first at every step
 	// remVersion is the peer's version number, once exchanged (0 before).
 	remVersion float64
 	remVerStr  string
 }
 
+// write sends one message of the exchange.
+func (p *ptConn) write(b []byte) error {
+	if p.rc != nil {
+		return p.rc.send(b)
+	}
+	if _, err := p.conn.Write(b); err != nil {
+		return fmt.Errorf("perftest exchange: %w", err)
+	}
+	return nil
+}
+
+// read receives one message of n bytes.
+func (p *ptConn) read(n int) ([]byte, error) {
+	if p.rc != nil {
+		return p.rc.recv(n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(p.r, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("perftest exchange: the peer closed the connection (%w)", err)
+		}
+		return nil, fmt.Errorf("perftest exchange: %w", err)
+	}
+	return b, nil
+}
+
+// setDeadline bounds the wait for the peer's messages (the zero time: no bound).
+func (p *ptConn) setDeadline(t time.Time) {
+	if p.rc != nil {
+		p.rc.deadline = t
+		return
+	}
+	_ = p.conn.SetDeadline(t)
+}
+
 // xchg is ctx_xchg_data: this side's message out, the peer's n bytes in, the client
 // writing first.
 func (p *ptConn) xchg(mine []byte, n int) ([]byte, error) {
-	theirs := make([]byte, n)
-	read := func() error {
-		if _, err := io.ReadFull(p.r, theirs); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return fmt.Errorf("perftest exchange: the peer closed the connection (%w)", err)
-			}
-			return fmt.Errorf("perftest exchange: %w", err)
-		}
-		return nil
-	}
+	var theirs []byte
+	var err error
 	if !p.client {
-		if err := read(); err != nil {
+		if theirs, err = p.read(n); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := p.conn.Write(mine); err != nil {
-		return nil, fmt.Errorf("perftest exchange: %w", err)
+	if err := p.write(mine); err != nil {
+		return nil, err
 	}
 	if p.client {
-		if err := read(); err != nil {
+		if theirs, err = p.read(n); err != nil {
 			return nil, err
 		}
 	}
@@ -261,8 +290,16 @@ func (p *ptConn) prefix(own ptParams) (ptParams, error) {
 	return got, nil
 }
 
-// handshake is ctx_hand_shake: this side's destination out, the peer's in.
+// handshake is ctx_hand_shake: this side's destination out, the peer's in (over TCP as
+// text, over rdma_cm as perftest's struct).
 func (p *ptConn) handshake(d ptDest) (ptDest, error) {
+	if p.rc != nil {
+		b, err := p.xchg(d.marshalBinary(), ptDestBinLen)
+		if err != nil {
+			return ptDest{}, err
+		}
+		return parsePtDestBinary(b)
+	}
 	b, err := p.xchg(d.marshal(), ptDestLen)
 	if err != nil {
 		return ptDest{}, err
@@ -311,11 +348,21 @@ func iterBytes(v uint64, n int) []byte {
 	return binary.BigEndian.AppendUint64(nil, v)
 }
 
-// close is ctx_close_connection: a last handshake, then "done" from each side. perftest
-// 4.5 writes its "done" and closes without reading ours (later releases write none);
-// this side reads the peer's, so as not to close with unread data, which would answer the
-// peer's late "done" with a reset, and ignores failures after the handshake.
+// close is ctx_close_connection: a last handshake, then "done" from each side over TCP
+// (over rdma_cm the handshake alone). perftest 4.5 writes its "done" and closes without
+// reading ours (later releases write none); this side reads the peer's, so as not to
+// close with unread data, which would answer the peer's late "done" with a reset, and
+// ignores failures after the handshake.
 func (p *ptConn) close(d ptDest) error {
+	if p.rc != nil {
+		_, err := p.handshake(d)
+		if err != nil && !p.client && p.rc.peerDisconnected() {
+			// The server's SEND is the exchange's last message, and the client
+			// disconnects once it has it: its DisconnectRequest may overtake its ACK.
+			return nil
+		}
+		return err
+	}
 	if _, err := p.handshake(d); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
@@ -176,12 +177,13 @@ func cmMismatch(client bool) error {
 // ServeOnce listens on ctlAddr for one client, runs the test it asks for (which must be
 // own.Test) and returns the client's result. own is the server's side of the
 // configuration: its fault injection, the ordering it offers, whether the QPs are
-// connected through the connection manager (listening on the control port's number at the
-// device; the client must use --cm too), and, when set, its receive goroutines' busy-poll
-// time and its receive queues (otherwise the client's queues). The device binds to
-// devAddr, or to the address the client connected to if devAddr is not valid. A client
-// that speaks perftest's exchange is served in perftest mode (Serve); the result is then
-// the last one this side reports (none: the zero Result).
+// connected through the connection manager (its devices then open and listen before any
+// client comes, see NewServer; the client must use --cm too), and, when set, its receive
+// goroutines' busy-poll time and its receive queues (otherwise the client's queues,
+// without --cm). The device binds to devAddr, or to the address the client connected to
+// if devAddr is not valid. A client that speaks perftest's exchange is served in
+// perftest mode (Serve); the result is then the last one this side reports (none: the
+// zero Result).
 func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready func(net.Addr)) (Result, error) {
 	rs, err := Serve(own, ctlAddr, devAddr, stats, ready)
 	if err != nil || len(rs) == 0 {
@@ -191,8 +193,8 @@ func ServeOnce(own Config, ctlAddr string, devAddr netip.Addr, stats bool, ready
 }
 
 // serveRperf serves an rperf client in rperf's own mode on conn (read through br), with
-// the device at devAddr.
-func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr, stats bool, ctlPort uint16) (Result, error) {
+// the device opened up front (dev, with --cm) or one at devAddr.
+func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr, stats bool, ctlPort uint16, dev *serverDev) (Result, error) {
 	test, faults, ordering, useCM := own.Test, own.Faults, own.Ordering, own.CM
 	enc, dec := json.NewEncoder(conn), json.NewDecoder(br)
 	var h hello
@@ -219,15 +221,28 @@ func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr,
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}
-	s, err := newSide(&c, nil, devAddr, verbs.AnyPort, nil)
+	var ctx *verbs.Context
+	var base verbs.Counters
+	if dev != nil {
+		ctx, base = dev.ctx, dev.ctx.Counters()
+	}
+	s, err := newSide(&c, ctx, devAddr, verbs.AnyPort, nil)
 	if err != nil {
 		return fail(err)
 	}
 	defer s.close()
 	var l *cm.Listener
-	if useCM {
-		// Listen before the reply tells the client where: its first Dial finds the
-		// listener. Receives are posted (prepare) in INIT, before the handshake.
+	switch {
+	case dev != nil:
+		// Listening since the server started. Receives are posted (prepare) in INIT,
+		// before the handshake.
+		l = dev.l
+		if err := s.initQPs(); err != nil {
+			return fail(err)
+		}
+	case useCM:
+		// No device was opened up front at this address: listen before the reply tells
+		// the client where, so that its first Dial finds the listener.
 		if l, err = cm.Listen(s.ctx, ctlPort); err != nil {
 			return fail(err)
 		}
@@ -235,8 +250,10 @@ func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr,
 		if err := s.initQPs(); err != nil {
 			return fail(err)
 		}
-	} else if err := s.connect(h.Info); err != nil {
-		return fail(err)
+	default:
+		if err := s.connect(h.Info); err != nil {
+			return fail(err)
+		}
 	}
 	if err := prepare(s); err != nil {
 		return fail(err)
@@ -256,7 +273,6 @@ func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr,
 			// The client's Dial fails too (rejected, or no answer); it reports its own error.
 			return Result{}, err
 		}
-		l.Close()
 	}
 	// The client reports its result when it is done.
 	done := make(chan struct{})
@@ -279,7 +295,7 @@ func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr,
 		r.Err = serr.Error()
 	}
 	if stats {
-		k := s.ctx.Counters()
+		k := countersSince(s.ctx.Counters(), base)
 		r.Counters = &k
 	}
 	_ = enc.Encode(r)
@@ -308,6 +324,9 @@ func RunClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) (Result
 	}
 	conn, err := net.DialTimeout("tcp", ctlAddr, 10*time.Second)
 	if err != nil {
+		if c.CM && errors.Is(err, syscall.ECONNREFUSED) {
+			err = fmt.Errorf("%w (a server of perftest's -R speaks nothing but rdma_cm: give the client --perftest too)", err)
+		}
 		return Result{}, err
 	}
 	defer conn.Close()
