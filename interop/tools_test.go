@@ -289,7 +289,8 @@ func TestUdaddy(t *testing.T) {
 }
 
 // TestPerftest: perftest's eight tools on rxe against rperf --perftest, both ways, with
-// perftest's TCP exchange: the result line perftest prints on both sides.
+// perftest's TCP exchange and with -R (the exchange and the test's QPs over rdma_cm): the
+// result line perftest prints on both sides.
 func TestPerftest(t *testing.T) {
 	vm := sharedVM(t)
 	bin := tool(t, "cmd/rperf")
@@ -299,13 +300,18 @@ func TestPerftest(t *testing.T) {
 			n = "200"
 		}
 		ib := "ib_" + test + " -d rxe0 -x $SOFTRNIC_GID_INDEX -n " + n
+		ibR := "ib_" + test + " -d rxe0 -R -n " + n
 		for _, c := range []cell{
 			{name: test + "/guest-server", guestServer: true, guest: ib, guestReady: tcpListening(18515),
-				host: []string{bin, test, "--perftest", "$GUEST", "-n", n, "--stats"}, hostWant: []string{"#bytes"}},
+				host: []string{bin, test, "--perftest", "$GUEST", "-n", n, "--stats"}, hostWant: []string{"#bytes"}, mode: "TCP exchange"},
 			{name: test + "/host-server", guest: ib + " $HOST", hostReady: "server waiting on TCP port",
-				host: []string{bin, test, "-n", n, "--stats", "--dev-addr", "$HOST"}, guestWant: []string{"#bytes"}},
+				host: []string{bin, test, "-n", n, "--stats", "--dev-addr", "$HOST"}, guestWant: []string{"#bytes"}, mode: "TCP exchange"},
+			{name: test + "/R/guest-server", guestServer: true, guest: ibR, guestReady: cmListening,
+				host: []string{bin, test, "--perftest", "-R", "$GUEST", "-n", n, "--stats"}, hostWant: []string{"#bytes"}, mode: "rdma_cm (-R)"},
+			{name: test + "/R/host-server", guest: ibR + " $HOST", hostReady: "server waiting on TCP port",
+				host: []string{bin, test, "-R", "-n", n, "--stats", "--dev-addr", "$HOST"}, guestWant: []string{"#bytes"}, mode: "rdma_cm (-R)"},
 		} {
-			c.tool, c.mode = "ib_"+test, "ordered, TCP exchange; "+modeOf(c.guest)
+			c.tool, c.mode = "ib_"+test, "ordered, "+c.mode+"; "+modeOf(c.guest)
 			t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
 		}
 	}
