@@ -282,4 +282,5 @@ func TestJumboMTU(t *testing.T) {
 	if err != nil || string(mtu) != "9000\n" {
 		t.Errorf("bridge MTU %q, err %v; want 9000", mtu, err)
 	}
+	checkDeviceMTU(t, vm)
 }
