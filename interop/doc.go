@@ -12,7 +12,7 @@
 // (vm.HostCommand, vm.InNamespace) and reads rxe's counters (vm.Counters). Tests must leave
 // the VM as they found it (kill their guest servers: Job.Wait with a deadline does).
 //
-// The tests skip without root or the packages (rxevm.AptInstall) and under -short; set
-// SOFTRNIC_INTEROP=require to make a missing piece a failure instead (for CI machines that
-// are meant to run them). See README.md.
+// The tests run only with SOFTRNIC_INTEROP=on (or require); they skip without root or the
+// packages (rxevm.AptInstall) and under -short; SOFTRNIC_INTEROP=require makes a missing
+// piece a failure instead (for CI machines that are meant to run them). See README.md.
 package interop
