@@ -355,12 +355,7 @@ func iterBytes(v uint64, n int) []byte {
 // ignores failures after the handshake.
 func (p *ptConn) close(d ptDest) error {
 	if p.rc != nil {
-		_, err := p.handshake(d)
-		if err != nil && !p.client && p.rc.peerDisconnected() {
-			// The server's SEND is the exchange's last message, and the client
-			// disconnects once it has it: its DisconnectRequest may overtake its ACK.
-			return nil
-		}
+		_, err := p.handshake(d) // the server's SEND is the last message (see ptComm.send)
 		return err
 	}
 	if _, err := p.handshake(d); err != nil {
