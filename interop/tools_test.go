@@ -189,6 +189,10 @@ func (c cell) run(t *testing.T, vm *rxevm.VM) {
 			t.Errorf("softrnic's output lacks %q", w)
 		}
 	}
+	if strings.Contains(hostOut.String(), `"errors":`) {
+		// the librdmacm tools' --json: ICRC, malformed, unknown QP, wrong source, CM drops
+		t.Error("softrnic's tool counted errors the peer's packets caused")
+	}
 	for _, name := range []string{"rcvd_seq_err", "out_of_seq_request", "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"} {
 		if c.lossy && (name == "rcvd_seq_err" || name == "out_of_seq_request") {
 			continue
