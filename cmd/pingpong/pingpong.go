@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/perf"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -110,15 +109,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Latency summarises per-iteration times in microseconds (as rperf's lat_us).
-type Latency struct {
-	Min  float64 `json:"min"`
-	P50  float64 `json:"p50"`
-	Avg  float64 `json:"avg"`
-	P99  float64 `json:"p99"`
-	P999 float64 `json:"p999"`
-	Max  float64 `json:"max"`
-}
+// Latency summarises per-iteration times in microseconds, as rperf's lat_us.
+type Latency = perf.Latency
 
 // Address is one side's "LID, QPN, PSN, GID", as the tools print it.
 type Address struct {
@@ -601,7 +593,7 @@ func (p *pingpong) result(elapsed time.Duration, posts []int64, bad int) *Result
 			samples = append(samples, (posts[i+1]-posts[i])/2)
 		}
 		samples = append(samples, (int64(elapsed)-posts[len(posts)-1])/2)
-		r.Lat = summarize(samples)
+		r.Lat = perf.Summarize(samples)
 	}
 	if c.Check {
 		r.Checked = true
@@ -619,23 +611,6 @@ func (p *pingpong) result(elapsed time.Duration, posts []int64, bad int) *Result
 		r.QP = &qc
 	}
 	return r
-}
-
-func summarize(samples []int64) *Latency {
-	slices.Sort(samples)
-	var sum float64
-	for _, v := range samples {
-		sum += float64(v)
-	}
-	pct := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(samples)))) - 1
-		i = max(0, min(i, len(samples)-1))
-		return float64(samples[i]) / 1e3
-	}
-	return &Latency{
-		Min: float64(samples[0]) / 1e3, P50: pct(0.50), Avg: sum / float64(len(samples)) / 1e3,
-		P99: pct(0.99), P999: pct(0.999), Max: float64(samples[len(samples)-1]) / 1e3,
-	}
 }
 
 // destroyQP destroys the QP (once).

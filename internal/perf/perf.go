@@ -219,6 +219,14 @@ func bwResult(c *Config, elapsed time.Duration) Result {
 
 // latResult summarises samples (nanoseconds; already halved for one-way tests).
 func latResult(c *Config, samples []int64, elapsed time.Duration) Result {
+	r := bwResult(c, elapsed)
+	r.Lat = Summarize(samples)
+	return r
+}
+
+// Summarize sorts samples (nanoseconds, at least one) and returns their latency summary
+// in microseconds.
+func Summarize(samples []int64) *Latency {
 	slices.Sort(samples)
 	var sum float64
 	for _, v := range samples {
@@ -229,12 +237,10 @@ func latResult(c *Config, samples []int64, elapsed time.Duration) Result {
 		i = max(0, min(i, len(samples)-1))
 		return float64(samples[i]) / 1e3
 	}
-	r := bwResult(c, elapsed)
-	r.Lat = &Latency{
+	return &Latency{
 		Min: float64(samples[0]) / 1e3, P50: pct(0.50), Avg: sum / float64(len(samples)) / 1e3,
 		P99: pct(0.99), P999: pct(0.999), Max: float64(samples[len(samples)-1]) / 1e3,
 	}
-	return r
 }
 
 // Header returns the column titles of the results table.
