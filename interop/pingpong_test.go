@@ -257,11 +257,26 @@ func ppCapture(ctx context.Context, vm *rxevm.VM, path string) (stop func() erro
 		out := text()
 		if i := strings.Index(out, " packets dropped by kernel"); i >= 0 {
 			j := strings.LastIndexByte(out[:i], '\n') + 1
-			if n, err := strconv.Atoi(out[j:i]); err != nil || n != 0 {
+			n, err := strconv.Atoi(out[j:i])
+			if err != nil {
 				return fmt.Errorf("tcpdump: %s", out)
+			}
+			if n != 0 {
+				return &captureDropError{n, out}
 			}
 			return nil
 		}
 		return fmt.Errorf("tcpdump ended without its statistics: %s", out)
 	}, nil
+}
+
+// captureDropError says the kernel dropped packets before tcpdump read them (a burst of
+// thousands under emulation): what was captured is still checked.
+type captureDropError struct {
+	dropped int
+	out     string
+}
+
+func (e *captureDropError) Error() string {
+	return fmt.Sprintf("tcpdump: %d packets dropped by the kernel: %s", e.dropped, e.out)
 }
