@@ -34,7 +34,7 @@ import (
 // on purpose: a handler function takes the engine's locks briefly (PollCQ, PostRecv), and
 // a thread at nice 19 preempted while holding one, on a machine whose CPUs are saturated,
 // can stall the device's receive path long enough for peers to time out (priority
-// inversion). Measured with cmd/cqbench, latency isolation is as good at 5 as at 19.
+// inversion). Measured with bench/cmd/cqbench, latency isolation is as good at 5 as at 19.
 // RealTime puts a handler under SCHED_FIFO instead (where the process is allowed to),
 // ahead of every ordinary thread.
 

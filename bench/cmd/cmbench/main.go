@@ -3,10 +3,10 @@
 // (p50, p99, max), how many fail, what the connection managers resent, and how fast the
 // connections are torn down again.
 //
-//	go run ./cmd/cmbench                          1,000 then 10,000 connections
-//	go run ./cmd/cmbench -conns 5000 -concurrency 64
-//	go run ./cmd/cmbench --json                   one JSON object per connection count
-//	go run ./cmd/cmbench -cpuprofile cpu.prof     profiles: cpu.prof (client), cpu.prof.server (listener)
+//	go run ./bench/cmd/cmbench                          1,000 then 10,000 connections
+//	go run ./bench/cmd/cmbench -conns 5000 -concurrency 64
+//	go run ./bench/cmd/cmbench --json                   one JSON object per connection count
+//	go run ./bench/cmd/cmbench -cpuprofile cpu.prof     profiles: cpu.prof (client), cpu.prof.server (listener)
 //
 // The listener runs in a child process (this program again, with -serve) on a device at
 // 127.0.0.2; the client is this process, on a device at 127.0.0.1; both devices take

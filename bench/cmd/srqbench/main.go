@@ -6,8 +6,8 @@
 // and reports how fast its limit queue stops it and what the others keep, with and
 // without limit queues.
 //
-//	go run ./cmd/srqbench                       N = 100, 1,000 and 10,000
-//	go run ./cmd/srqbench -conns 1000 -d 5s     one size, longer
+//	go run ./bench/cmd/srqbench                       N = 100, 1,000 and 10,000
+//	go run ./bench/cmd/srqbench -conns 1000 -d 5s     one size, longer
 package main
 
 import (
@@ -21,7 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/softrnic/softrnic/internal/srqexp"
+	"github.com/softrnic/softrnic/bench/internal/srqexp"
 )
 
 func main() {

@@ -3,8 +3,8 @@
 // limits it, the notification latency (completion to handler call) that goes with it, and
 // how well a high-priority handler's latency is isolated from another handler's flood.
 //
-//	go run ./cmd/cqbench                 the whole table (about 30 s)
-//	go run ./cmd/cqbench -runs 5 -d 3s   more rounds, longer
+//	go run ./bench/cmd/cqbench                 the whole table (about 30 s)
+//	go run ./bench/cmd/cqbench -runs 5 -d 3s   more rounds, longer
 package main
 
 import (
@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/softrnic/softrnic/internal/cqexp"
+	"github.com/softrnic/softrnic/bench/internal/cqexp"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 
 // The experiments run end to end at a small scale: requests flow with one and with two
 // handlers, and the isolation run measures both phases. (The figures themselves are for
-// cmd/cqbench on a quiet machine.)
+// bench/cmd/cqbench on a quiet machine.)
 func TestExperimentsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("experiment")
