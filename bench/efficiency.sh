@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
-# The bars of the single-flow and multi-queue issue, from one run on this machine: softrnic
-# (rperf, loopback, both sides in one process) next to a plain Go UDP stream of 64 KB
-# datagrams, send_lat between two rperf processes next to UCX over TCP's tag_lat (also two
-# processes) and in one, and 8 QPs between two rperf processes with 1, 2 and 4 receive
-# queues per device; each measured RUNS times (default 3) in turns; medians and ratios.
-#   bench/efficiency.sh              about 2 minutes a run on 2 cores
-#   RUNS=1 bench/efficiency.sh
+# The single-flow and multi-queue bars, from one run on this machine: softrnic (rperf,
+# loopback, both sides in one process) next to a plain Go UDP stream of 64 KB datagrams,
+# send_lat between two rperf processes next to UCX over TCP's tag_lat (also two processes)
+# and in one, and 8 QPs between two rperf processes with 1, 2 and 4 receive queues per
+# device; each measured RUNS times (default 3) in turns; medians and ratios.
+#   bench/efficiency.sh --peers SCRIPT     about 2 minutes a run on 2 cores
+#   RUNS=1 bench/efficiency.sh --peers SCRIPT
+#   bench/efficiency.sh                    softrnic's figures alone (references "–")
 # CPU time per GiB is user + system of the one process holding both sides: rperf's own
 # (getrusage over the measured interval, --json cpu_s_per_GiB), and for the Go UDP stream
-# /usr/bin/time over the whole run. The peers come from ../shared/bench/peers.sh (PEERS=...
-# elsewhere); its Go baseline is built from the folder beside it.
+# /usr/bin/time over the whole run. The references come with the peers script, --peers
+# SCRIPT or SOFTRNIC_PEERS=SCRIPT (bench/lib.sh says what it prints): UCX's tag_lat from
+# the script, the Go UDP stream from the Go program in the gobaseline folder beside it.
+# Runs from any directory; the raw figures stay in a temporary directory it names.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-peers=${PEERS:-../shared/bench/peers.sh}
+. "$(dirname "$0")/lib.sh"
+bench_options "$@"
+if [ ${#rest[@]} -gt 0 ]; then
+  bench_usage >&2
+  exit 2
+fi
+bench_peers efficiency.sh "measuring softrnic alone, the Go UDP and UCX references stay empty"
+cd "$bench_root"
 runs=${RUNS:-3}
 dur=5
-if [ ! -f "$peers" ]; then
-  echo "efficiency.sh: no peers script at $peers (point PEERS at ../shared/bench/peers.sh)" >&2
-  exit 1
-fi
 out=$(mktemp -d)
 go build -o "$out/rperf" ./cmd/rperf
-(cd "$(dirname "$peers")/gobaseline" && go build -o "$out/gobaseline" .)
+gobaseline=
+if [ -n "$peers" ]; then
+  if [ -d "$(dirname "$peers")/gobaseline" ] && (cd "$(dirname "$peers")/gobaseline" && go build -o "$out/gobaseline" .); then
+    gobaseline=$out/gobaseline
+  else
+    echo "efficiency.sh: no Go baseline to build in $(dirname "$peers")/gobaseline: the Go UDP references stay empty." >&2
+  fi
+fi
 go build -o "$out/hiccups" ./bench/hiccups
 # fig CODE appends a line to the figures from the last result ($out/r.json, as r). Each
 # tool writes its result to that file first: a python3 started in a pipe beside a
@@ -31,11 +43,13 @@ fig() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); $1" "$out/r
 for i in $(seq "$runs"); do
   # Go UDP: 64 KB datagrams, sender and receiver in one process; CPU over the whole run.
   # Also 4 KiB datagrams, a RoCE packet's size: per-datagram costs.
-  for sz in 65000 4096; do
-    /usr/bin/time -f "%U %S" -o "$out/time.txt" "$out/gobaseline" -mode udp -size $sz -batch 8 -d ${dur}s > "$out/udp.txt"
-    awk -v d=$dur -v sz=$sz 'NR==FNR {split($6,a,"="); gbps=a[2]; next} {cpu=$1+$2; gib=gbps*1e9*d/2^30; n=gbps*1e9*d/sz; printf "udp%d %.1f %.4f %.4f %.3f\n", sz, gbps*1000, cpu/gib, $2/gib, cpu/n*1e6}' \
-      "$out/udp.txt" "$out/time.txt" >> "$out/figures.txt"
-  done
+  if [ -n "$gobaseline" ]; then
+    for sz in 65000 4096; do
+      /usr/bin/time -f "%U %S" -o "$out/time.txt" "$gobaseline" -mode udp -size $sz -batch 8 -d ${dur}s > "$out/udp.txt"
+      awk -v d=$dur -v sz=$sz 'NR==FNR {split($6,a,"="); gbps=a[2]; next} {cpu=$1+$2; gib=gbps*1e9*d/2^30; n=gbps*1e9*d/sz; printf "udp%d %.1f %.4f %.4f %.3f\n", sz, gbps*1000, cpu/gib, $2/gib, cpu/n*1e6}' \
+        "$out/udp.txt" "$out/time.txt" >> "$out/figures.txt"
+    done
+  fi
   "$out/rperf" write_bw --loopback -s 1M -n 500 > /dev/null # warm-up, discarded
   "$out/rperf" write_bw --loopback -s 1M -n 6000 --json > "$out/r.json"
   fig 'print("wbw %.1f %.4f %.4f %.3f" % (r["bw_MiBps"]*2**20/1e6, r["cpu_s_per_GiB"], r["cpu_sys_s"]/r["cpu_s"]*r["cpu_s_per_GiB"], r["cpu_us_per_pkt"]))'
@@ -67,8 +81,10 @@ for i in $(seq "$runs"); do
     wait
     fig 'q=r["counters"]["server"].get("Queues") or []; print("mq%s %.1f %s" % ("'$q'", r["bw_MiBps"]*2**20/1e6, ",".join(str(x["RxPackets"]) for x in q) or "-"))'
   done
-  # UCX over TCP tag_lat (and everything else peers.sh measures, kept in peers.txt).
-  bash "$peers" quick 2>/dev/null | tee -a "$out/peers.txt" | awk -F'\t' '$1=="ucx-tcp" && $2=="tag_lat" {print "ucx", $4}' >> "$out/figures.txt"
+  # UCX over TCP tag_lat (and everything else the peers script measures, kept in peers.txt).
+  if [ -n "$peers" ]; then
+    bash "$peers" quick 2>/dev/null | tee -a "$out/peers.txt" | awk -F'\t' '$1=="ucx-tcp" && $2=="tag_lat" {print "ucx", $4}' >> "$out/figures.txt"
+  fi
 done
 python3 - "$out/figures.txt" <<'PY'
 import statistics as st, sys

@@ -8,8 +8,11 @@
 # difference is the enlargement's, in small round trips of the same runs. Runs RUNS times
 # (default 9) in turns; medians.
 #   bench/enlarge.sh          about 20 seconds
+# Runs from any directory.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
+bench_help "$@"
+cd "$bench_root"
 runs=${RUNS:-9}
 tmp=$(mktemp -d)
 go build -o "$tmp/rmsg" ./cmd/rmsg

@@ -6,8 +6,13 @@
 # modes), and the table's ratios are medians of each round's own ratios: this machine's
 # speed changes by 2x from one minute to the next, which a ratio of medians taken minutes
 # apart would show as a fault's cost.
+#   bench/faults.sh            three rounds (RUNS=3)
+#   RUNS=1 bench/faults.sh     one round
+# Runs from any directory; the raw results stay in a temporary directory it names.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
+bench_help "$@"
+cd "$bench_root"
 runs=${RUNS:-3}
 out=$(mktemp -d)
 go build -o "$out/rperf" ./cmd/rperf

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# The messaging layer side by side with Open MPI over TCP (../shared/bench/peers.sh) and
-# with rperf, in one run on this machine; prints each figure and the issue's ratios:
+# The messaging layer side by side with Open MPI over TCP (from the peers script) and with
+# rperf, in one run on this machine; prints each figure and the ratios against the bars:
 #   8-byte one-way latency, rmsg / Open MPI over TCP   (bar: <= 1)
 #   1 MiB bandwidth, rmsg bw / rperf write_bw           (bar: >= 0.8), against rperf in
 #   one process (--loopback) and between two processes, as rmsg runs
-# Usage: bench/msg.sh [quick]
+# Usage: bench/msg.sh [--peers SCRIPT] [quick]
+# --peers SCRIPT (or SOFTRNIC_PEERS=SCRIPT) is the peers script whose openmpi-tcp lines give
+# the Open MPI figures (bench/lib.sh says what it prints); without one those stay "nan".
+# quick asks the peers script for shorter runs. About 20 s without peers; runs from any
+# directory.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
+bench_options "$@"
+quick=
+case "${rest[*]}" in
+  "") ;;
+  quick) quick=quick ;;
+  *) bench_usage >&2; exit 2 ;;
+esac
+bench_peers msg.sh "measuring softrnic alone, the Open MPI figures stay empty"
+cd "$bench_root"
 tmp=$(mktemp -d)
 go build -o "$tmp/rmsg" ./cmd/rmsg
 go build -o "$tmp/rmsgrun" ./cmd/rmsgrun
 go build -o "$tmp/rperf" ./cmd/rperf
-peers=../shared/bench/peers.sh
-if [ -x "$peers" ] || [ -f "$peers" ]; then
-  bash "$peers" ${1:-} 2>/dev/null | grep '^openmpi-tcp' > "$tmp/ompi.txt" || true
+if [ -n "$peers" ]; then
+  bash "$peers" $quick 2>/dev/null | grep '^openmpi-tcp' > "$tmp/ompi.txt" || true
 fi
 "$tmp/rmsgrun" -np 2 "$tmp/rmsg" latency -s 8,65536,1048576 --json | sed 's/^\[0\] //' > "$tmp/lat.json"
 "$tmp/rmsgrun" -np 2 "$tmp/rmsg" bw -s 65536,1048576 --json | sed 's/^\[0\] //' > "$tmp/bw.json"

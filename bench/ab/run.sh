@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B comparison of two commits: rperf's default suite and the bench/faults.sh matrix, the
 # BEFORE and AFTER binaries interleaved in one run of the machine (each pair in alternating
-# order), medians, ratios and the run-to-run spread in one table. Used for issue 9 (a
-# refactoring that must not change the figures).
+# order), medians, ratios and the run-to-run spread in one table: for a change that must
+# not move the figures (a restructuring); bench/results/2026-11-24-transport-restructuring-ab.md
+# is one such run.
 #   BEFORE=9483744 AFTER=43d778d bash bench/ab/run.sh     # ~16 min; table in $DIR/table.md
 #   BEFORE=... AFTER=... SUITE_ROUNDS=0 FAULT_ROUNDS=10 FAULTS=loss=0.001 MODES=ordered \
 #     TESTS="send_bw -s 1M -n 300" bash bench/ab/run.sh   # one row, 10 rounds
@@ -10,11 +11,14 @@
 # sampled each second) is discarded and rerun; no invocation starts while one runs.
 # Output in $DIR (default: a new temporary directory): results.jsonl (every rperf JSON line plus
 # "binary", "suite", "round", "faults"), run.log (timings, uptime), table.md.
-# Touches no checkout: it clones the repository into $DIR/src.
+# Touches no checkout: it clones the repository (REPO, default this one) into $DIR/src.
+# Runs from any directory.
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+bench_help "$@"
 : "${BEFORE:?set BEFORE and AFTER to two commits}" "${AFTER:?set BEFORE and AFTER to two commits}"
 DIR=${DIR:-$(mktemp -d)}
-REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
+REPO=${REPO:-$bench_root}
 SUITE_ROUNDS=${SUITE_ROUNDS:-5}
 FAULT_ROUNDS=${FAULT_ROUNDS:-3}
 # The matrix (defaults: bench/faults.sh's); e.g. FAULTS="loss=0.001" MODES=ordered TESTS="send_bw -s 1M -n 300".
@@ -23,6 +27,9 @@ read -r -a modes <<< "${MODES:-weak ordered}"
 IFS=';' read -r -a tests <<< "${TESTS:-write_bw -s 65536 -n 5000;write_bw -s 1M -n 300;send_bw -s 65536 -n 5000;send_bw -s 1M -n 300}"
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$DIR"
+# Both may be given relative to the caller's directory; the run works in $DIR.
+DIR=$(cd "$DIR" && pwd)
+if [ -d "$REPO" ]; then REPO=$(cd "$REPO" && pwd); fi
 cd "$DIR"
 log() { echo "$(date -u +%FT%TZ) $*" | tee -a "$DIR/run.log"; }
 

@@ -1,5 +1,5 @@
-// Command summarize turns the output of bench/compare.sh (peers.sh lines and rperf JSON
-// lines, several runs each) into a markdown table of medians and ratios.
+// Command summarize turns the output of bench/compare.sh (the peers script's lines and
+// rperf JSON lines, several runs each) into a markdown table of medians and ratios.
 package main
 
 import (
