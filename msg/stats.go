@@ -2,9 +2,41 @@ package msg
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/softrnic/softrnic/cm"
 )
+
+// Stats counts what a rank's connections did.
+type Stats struct {
+	EagerSent, EagerReceived   uint64
+	RendezvousSent, Rendezvous uint64 // rendezvous sends, and receives (the sender RDMA-WRITEs into the receive buffer)
+	Enlargements               uint64 // control messages sent asking a peer for a larger ring
+	EnlargementsServed         uint64 // rings enlarged at a peer's request
+	AckResends                 uint64 // acknowledgements asked for again
+	AckPartialSeen             uint64 // polls that found a partial acknowledgement
+	ZeroByteReports            uint64 // times the send routine reported 0 bytes transferred
+	PrefixSends                uint64 // vectors whose prefix went before a larger element
+	CreditMessages             uint64
+	Connections                uint64
+	// LastEnlargement is where the time of the rank's last enlargement went, in each of
+	// its two roles.
+	LastEnlargement EnlargementTimes
+}
+
+// EnlargementTimes times the steps of an enlargement (seed 004's Figures 3, 4 and 6), as
+// the rank saw them. Zero where the rank has not had that role yet.
+type EnlargementTimes struct {
+	// The sender's: from writing the control message (its post included) to reading a
+	// complete acknowledgement (a round trip, with the receiver's Serve and AckPost in
+	// it); its own provisioning (Figure 4: the small staging buffers unregistered, the
+	// large ones registered); and from writing the control message to the return of the
+	// first post through the larger slots.
+	AckWait, Provision, ToFirstSend time.Duration
+	// The receiver's: its provisioning (Figure 6: the small ring unregistered, the large
+	// one registered), and the acknowledgement's post (the WRITE with immediate).
+	Serve, AckPost time.Duration
+}
 
 // Stats returns the rank's counters.
 func (c *Comm) Stats() Stats {
