@@ -6,6 +6,21 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// The enlargement's acknowledgement: how the receiver tells the sender where its new ring
+// is, and how the sender makes sure it read all of it.
+//
+// Every connection registers a small acknowledgement area, which the peer learns from the
+// connection's private data. The receiver of an enlargement writes its acknowledgement
+// (wire.go: the nonce as head flag, the new ring, a CRC-32, the nonce as tail flag) into
+// a slot of the sender's area with one RDMA WRITE with immediate data; the immediate is the
+// notification that the slot was written. The sender reads the slot only after that
+// notification's completion and takes the acknowledgement only if both flags carry its
+// request's nonce and the CRC matches, so a partial, stale or corrupt one leaves it
+// waiting. If none is complete after Config.AckTimeout, the sender asks the receiver to
+// write it again into the next slot of the area (the receiver keeps its last
+// acknowledgement for that), then waits twice as long, and so on, as long as the area has
+// a slot not yet used for this enlargement.
+
 // The acknowledgement area: ackSlots slots, each written at most once per request (a
 // resend asks for the next slot), so that a slot is read only after the WRITE into it
 // completed and no other WRITE can be landing in it; then the staging of our own
@@ -19,8 +34,8 @@ const (
 
 var _ = [1]int{}[ackLen/(ackSlotLen+1)] // an acknowledgement fits a slot
 
-// pollAck looks at the acknowledgement area (block 348): complete, partial (the head
-// flag without the tail, or a bad CRC: poll again), or nothing. Without a complete one
+// pollAck looks at the acknowledgement area for the enlargement asked for: complete,
+// partial (the head flag without the tail, or a bad CRC: poll again), or nothing. Without a complete one
 // after AckTimeout it asks the peer to write it again.
 func (p *peer) pollAck() bool {
 	c := p.c

@@ -10,6 +10,16 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// Connections are made on first use: the first send to a rank dials it (connect), and a
+// rank accepts the other ranks' requests (onRequest). Each side's private data is a hello
+// (wire.go): the job ID and its rank, its first ring (address, remote key, slot count and
+// size) and its acknowledgement area, so that either side can write into the other's ring
+// as soon as the connection is up. When two ranks dial each other at once, the lower
+// rank's Dial wins: the lower rank rejects the higher one's request (rejTie), and the
+// higher one accepts the lower one's on a fresh QP and drops its own Dial. A request from
+// another job's rank, or from a rank already connected, is rejected.
+
+// hello is this rank's private data for the connection to p.
 func (p *peer) hello() []byte {
 	c := p.c
 	h := hello{Job: c.job, Rank: uint32(c.rank), RingAddr: p.ring.Addr(), RingKey: p.ring.RKey(), Slots: uint32(c.cfg.Slots),

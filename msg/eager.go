@@ -7,6 +7,26 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// The eager path. Each direction of a connection has a ring of Config.Slots slots in the
+// receiver's memory, registered for remote writes, into which the sender writes its
+// messages and control messages (rendezvous RTS, CTS and FIN, an enlargement request)
+// slot after slot. It copies each into one of its staging buffers (Config.SendSlots of
+// them) and posts an RDMA WRITE with immediate data from there into the next slot: an
+// eager send is complete, and its buffer the caller's again, once copied. The immediate
+// data names the slot and carries credits for the other direction; its completion on
+// the receiver, from the rank's shared receive queue of zero-length receives, is what
+// tells the receiver that the slot is full: it never polls the ring's memory, whose bytes
+// may land in any order in weakly-ordered mode. The receiver handles the slots in the
+// order they were written, and a slot is free again once its message is copied out (into
+// the matching receive, or kept as unexpected).
+//
+// Credits keep the sender from overwriting a slot not yet handled: it starts with one
+// per slot of the peer's ring and spends one per write. The receiver gives them back for
+// the slots it has handled in the immediate data of its own writes to the sender or,
+// once it owes half a ring, in a zero-length WRITE with immediate data of their own.
+// Credits carry the generation of the ring they are for, so that those given for a ring
+// an enlargement replaced are ignored.
+
 // writeSlot copies an element into a staging buffer and writes it into the peer's next
 // slot with immediate data (and the credits we owe).
 func (p *peer) writeSlot(m *outMsg) {

@@ -5,6 +5,11 @@ import (
 	"fmt"
 )
 
+// Point-to-point calls: Isend and Irecv start a request, Send and Recv wait for it. A send
+// joins its connection's send vector (eager, or rendezvous above the largest phase's
+// threshold) and goes at once if it can; a receive is matched against the messages that
+// arrived, or posted (match.go).
+
 // Isend starts sending buf to rank dest with tag (MPI_Isend). buf must not change until
 // the request is done.
 func (c *Comm) Isend(buf []byte, dest, tag int) *Request {

@@ -9,6 +9,7 @@ import (
 	"github.com/softrnic/softrnic/verbs"
 )
 
+// peerState is where a connection is in its life (connect.go).
 type peerState int
 
 const (
@@ -52,8 +53,8 @@ func (m *outMsg) size() int {
 }
 
 // peer is this rank's connection to one other rank: the ring it receives into (written by
-// the peer), the peer's ring it sends into, staging buffers, and the enlargement state of
-// seed 004 for each direction. Guarded by the progress lock.
+// the peer), the peer's ring it sends into, staging buffers, and the state of an
+// enlargement in each direction. Guarded by the progress lock.
 type peer struct {
 	c      *Comm
 	rank   int
@@ -96,9 +97,9 @@ type peer struct {
 	recvRndv              map[uint64]*Request // rendezvous receives, by the sender's message ID, until FIN
 	writeQ                []*Request          // rendezvous WRITEs waiting for room
 
-	// Seed 004's variables, sender side.
-	useLarge    bool // block 332/574: large buffers are to be used
-	ctlSent     bool // block 334/344: the control message went out
+	// The enlargement, sender side (enlarge.go).
+	useLarge    bool // a message waiting needs larger slots than the peer's current ones
+	ctlSent     bool // the control message asking for them went out
 	target      int  // the phase asked for
 	ackNonce    uint32
 	ackSince    time.Time
@@ -117,8 +118,8 @@ type peer struct {
 	sge [1]verbs.SGE
 }
 
-// sendVector is a connection's send vector (seed 004): its elements in order, in storage
-// that is reused.
+// sendVector is a connection's send vector: the messages and control messages waiting
+// to go, in order, in storage that is reused.
 type sendVector []outMsg
 
 func (v *sendVector) push(m outMsg) { *v = append(*v, m) }

@@ -6,6 +6,14 @@ import (
 	"time"
 )
 
+// The progress engine. Nothing moves a connection but a call under the progress lock:
+// whoever holds it polls the rank's completion queue, runs the work other goroutines
+// handed over (submit), and lets every connection with something to do move (pump). A
+// Wait polls in the caller's goroutine while its request is pending, as MPI libraries
+// progress in the caller's thread, until a while has passed without progress; then it
+// sleeps, and the progress goroutine (run), woken by completion events, keeps the
+// connections moving.
+
 // submit hands f to whoever progresses next (the progress goroutine is woken). It is for
 // goroutines that must not wait for the progress lock.
 func (c *Comm) submit(f func()) bool {

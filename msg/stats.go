@@ -24,17 +24,19 @@ type Stats struct {
 	LastEnlargement EnlargementTimes
 }
 
-// EnlargementTimes times the steps of an enlargement (seed 004's Figures 3, 4 and 6), as
-// the rank saw them. Zero where the rank has not had that role yet.
+// EnlargementTimes times the steps of an enlargement, as the rank saw them: the sender
+// asks for larger slots and waits for the acknowledgement, the receiver provisions its
+// larger ring and acknowledges, the sender provisions its larger staging buffers and
+// sends. Zero where the rank has not had that role yet.
 type EnlargementTimes struct {
 	// The sender's: from writing the control message (its post included) to reading a
 	// complete acknowledgement (a round trip, with the receiver's Serve and AckPost in
-	// it); its own provisioning (Figure 4: the small staging buffers unregistered, the
-	// large ones registered); and from writing the control message to the return of the
+	// it); its own provisioning (the small staging buffers unregistered, the large ones
+	// registered); and from writing the control message to the return of the
 	// first post through the larger slots.
 	AckWait, Provision, ToFirstSend time.Duration
-	// The receiver's: its provisioning (Figure 6: the small ring unregistered, the large
-	// one registered), and the acknowledgement's post (the WRITE with immediate).
+	// The receiver's: its provisioning (the small ring unregistered, the large one
+	// registered), and the acknowledgement's post (the WRITE with immediate).
 	Serve, AckPost time.Duration
 }
 
