@@ -55,13 +55,13 @@ func (p *peer) pollAck() bool {
 		phase := int(a.Phase)
 		if phase == p.target && phase < len(c.cfg.Phases) && int(a.SlotSize) == c.cfg.Phases[phase] && a.Slots >= 2 && a.Slots <= maxCredits {
 			p.ack, p.ackNotified = a, true // provisionLarge may have to wait: keep it
-			c.stats.LastEnlargement.AckWait = time.Since(p.ctlAt)
+			c.lab.LastEnlargement.AckWait = time.Since(p.ctlAt)
 			return true
 		}
 		st = ackPartial // not what was asked: as good as corrupt
 	}
 	if st == ackPartial {
-		c.stats.AckPartialSeen++
+		c.lab.AckPartialSeen++
 	}
 	if p.ackOverdue() {
 		p.askAck()

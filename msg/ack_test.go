@@ -33,7 +33,7 @@ func TestEnlargeAckFaults(t *testing.T) {
 			if s.AckResends < 2 {
 				t.Errorf("%d acknowledgements asked again, want at least 2", s.AckResends)
 			}
-			if tc.name != "lost" && tc.name != "stale" && s.AckPartialSeen == 0 {
+			if tc.name != "lost" && tc.name != "stale" && comms[0].LabStats().AckPartialSeen == 0 {
 				t.Errorf("no partial acknowledgement seen")
 			}
 		})

@@ -71,6 +71,7 @@ type Comm struct {
 	stopping   bool // shutdown began: nothing is posted to the SRQ any more
 	down       bool // shutdown ended: every call fails with ErrClosed
 	stats      Stats
+	lab        LabStats // what experiments on the enlargement measure
 	wcs        []verbs.WorkCompletion
 	srqOwed    int // SRQ receives consumed and not yet put back
 	recvWRs    []verbs.RecvWR

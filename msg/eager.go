@@ -81,7 +81,7 @@ func (p *peer) writeSlot(m *outMsg) {
 	p.sendSeq++
 	if p.firstSend {
 		p.firstSend = false
-		c.stats.LastEnlargement.ToFirstSend = time.Since(p.ctlAt)
+		c.lab.LastEnlargement.ToFirstSend = time.Since(p.ctlAt)
 	}
 	if m.kind == kindData {
 		m.req.complete(nil) // copied: the buffer is the caller's again

@@ -36,11 +36,11 @@ func (p *peer) transfer() (sent int) {
 	c := p.c
 	if p.ctlSent { // an enlargement was asked for
 		if !p.pollAck() { // no complete acknowledgement yet
-			c.stats.ZeroByteReports++ // tell the caller nothing went
+			c.lab.ZeroByteReports++ // tell the caller nothing went
 			return 0
 		}
 		if !p.provisionLarge() { // the sender's side of the enlargement (step 3)
-			c.stats.ZeroByteReports++
+			c.lab.ZeroByteReports++
 			return 0
 		}
 	}
@@ -69,11 +69,11 @@ func (p *peer) transfer() (sent int) {
 			p.ctlSent, p.ackSince, p.ackNotified, p.ackAsks = true, time.Now(), false, 0 // record that it was sent
 			c.stats.Enlargements++
 		}
-		c.stats.ZeroByteReports++ // and report 0 bytes to the upper level
+		c.lab.ZeroByteReports++ // and report 0 bytes to the caller
 		return 0
 	}
 	if n < len(p.sendQ) && !p.useLarge {
-		c.stats.PrefixSends++ // a later element is too large: it waits for the enlargement
+		c.lab.PrefixSends++ // a later element is too large: it waits for the enlargement
 		p.useLarge = true
 		p.target = c.cfg.phaseFor(p.sendQ[n].size())
 	}
@@ -112,7 +112,7 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 	p.ring, p.phase = mr, phase
 	p.gen++
 	posting := time.Now()
-	c.stats.LastEnlargement.Serve = posting.Sub(start)
+	c.lab.LastEnlargement.Serve = posting.Sub(start)
 	p.recvSeq, p.owed = 0, 0
 	a := ack{Nonce: nonce, Addr: mr.Addr(), RKey: mr.RKey(), Slots: uint32(c.cfg.Slots), SlotSize: uint32(c.cfg.Phases[phase]), Phase: uint32(phase)}
 	b := make([]byte, ackLen)
@@ -120,7 +120,7 @@ func (p *peer) serveEnlarge(phase int, nonce uint32) {
 	p.lastAck = b
 	c.stats.EnlargementsServed++
 	p.writeAck(b, p.lastAckSlot)
-	c.stats.LastEnlargement.AckPost = time.Since(posting)
+	c.lab.LastEnlargement.AckPost = time.Since(posting)
 }
 
 // provisionLarge is the sender's side of an enlargement (step 3 above), once a complete
@@ -148,7 +148,7 @@ func (p *peer) provisionLarge() bool {
 	p.rGen++
 	p.credits, p.sendSeq = p.rSlots, 0
 	p.ctlSent, p.useLarge, p.ackNotified = false, false, false
-	p.c.stats.LastEnlargement.Provision = time.Since(start)
+	p.c.lab.LastEnlargement.Provision = time.Since(start)
 	p.firstSend = true
 	return true
 }

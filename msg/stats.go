@@ -7,18 +7,24 @@ import (
 	"github.com/softrnic/softrnic/cm"
 )
 
-// Stats counts what a rank's connections did.
+// Stats counts what a rank's connections did: what a program or an operator watches.
 type Stats struct {
-	EagerSent, EagerReceived   uint64
+	EagerSent, EagerReceived   uint64 // messages that went through the rings
 	RendezvousSent, Rendezvous uint64 // rendezvous sends, and receives (the sender RDMA-WRITEs into the receive buffer)
 	Enlargements               uint64 // control messages sent asking a peer for a larger ring
 	EnlargementsServed         uint64 // rings enlarged at a peer's request
-	AckResends                 uint64 // acknowledgements asked for again
-	AckPartialSeen             uint64 // polls that found a partial acknowledgement
-	ZeroByteReports            uint64 // times the send routine reported 0 bytes transferred
-	PrefixSends                uint64 // vectors whose prefix went before a larger element
-	CreditMessages             uint64
-	Connections                uint64
+	AckResends                 uint64 // enlargement acknowledgements asked for again (lost, corrupt or late)
+	CreditMessages             uint64 // credits given back in messages of their own, not with a message
+	Connections                uint64 // connections made
+}
+
+// LabStats are what an experiment on the enlargement protocol measures: how the send
+// routine behaved while a connection grew, and where the time of the last enlargement
+// went. Programs have no use for them; rmsg enlarge reports them.
+type LabStats struct {
+	ZeroByteReports uint64 // times the send routine reported 0 bytes transferred (waiting for an enlargement)
+	PrefixSends     uint64 // vectors whose prefix went before a larger element
+	AckPartialSeen  uint64 // polls that found a partial acknowledgement
 	// LastEnlargement is where the time of the rank's last enlargement went, in each of
 	// its two roles.
 	LastEnlargement EnlargementTimes
@@ -44,6 +50,13 @@ type EnlargementTimes struct {
 func (c *Comm) Stats() Stats {
 	var s Stats
 	c.call(func() { s = c.stats })
+	return s
+}
+
+// LabStats returns the rank's counters and timings of the enlargement protocol.
+func (c *Comm) LabStats() LabStats {
+	var s LabStats
+	c.call(func() { s = c.lab })
 	return s
 }
 
