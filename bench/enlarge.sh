@@ -44,7 +44,7 @@ print(f"first round trips' quartiles, enlarging {q(enl, 'first_us', 0):.1f} / {f
       f"(a job whose process loses its processor mid-way lands in the upper quartile)")
 aw, sv, ap = med(enl, "ack_wait_us"), med(enl, "serve_us"), med(enl, "ack_post_us")
 pv, tf = med(enl, "provision_us"), med(enl, "to_first_send_us")
-print("the enlargement's steps (msg.Stats().LastEnlargement; medians):")
+print("the enlargement's steps (msg's LabStats().LastEnlargement; medians):")
 print(f"  request written -> complete acknowledgement read {aw:6.1f} us = {aw / small:.2f} small round trips, of which")
 print(f"    the receiver's provisioning (unregister, register) {sv:6.1f} us, its acknowledgement's post {ap:.1f} us")
 print(f"    and the rest, the control round trip itself        {aw - sv:6.1f} us = {(aw - sv) / small:.2f} small round trips")

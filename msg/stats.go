@@ -2,14 +2,61 @@ package msg
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/softrnic/softrnic/cm"
 )
+
+// Stats counts what a rank's connections did: what a program or an operator watches.
+type Stats struct {
+	EagerSent, EagerReceived   uint64 // messages that went through the rings
+	RendezvousSent, Rendezvous uint64 // rendezvous sends, and receives (the sender RDMA-WRITEs into the receive buffer)
+	Enlargements               uint64 // control messages sent asking a peer for a larger ring
+	EnlargementsServed         uint64 // rings enlarged at a peer's request
+	AckResends                 uint64 // enlargement acknowledgements asked for again (lost, corrupt or late)
+	CreditMessages             uint64 // credits given back in messages of their own, not with a message
+	Connections                uint64 // connections made
+}
+
+// LabStats are what an experiment on the enlargement protocol measures: how the send
+// routine behaved while a connection grew, and where the time of the last enlargement
+// went. Programs have no use for them; rmsg enlarge reports them.
+type LabStats struct {
+	ZeroByteReports uint64 // times the send routine reported 0 bytes transferred (waiting for an enlargement)
+	PrefixSends     uint64 // vectors whose prefix went before a larger element
+	AckPartialSeen  uint64 // polls that found a partial acknowledgement
+	// LastEnlargement is where the time of the rank's last enlargement went, in each of
+	// its two roles.
+	LastEnlargement EnlargementTimes
+}
+
+// EnlargementTimes times the steps of an enlargement, as the rank saw them: the sender
+// asks for larger slots and waits for the acknowledgement, the receiver provisions its
+// larger ring and acknowledges, the sender provisions its larger staging buffers and
+// sends. Zero where the rank has not had that role yet.
+type EnlargementTimes struct {
+	// The sender's: from writing the control message (its post included) to reading a
+	// complete acknowledgement (a round trip, with the receiver's Serve and AckPost in
+	// it); its own provisioning (the small staging buffers unregistered, the large ones
+	// registered); and from writing the control message to the return of the
+	// first post through the larger slots.
+	AckWait, Provision, ToFirstSend time.Duration
+	// The receiver's: its provisioning (the small ring unregistered, the large one
+	// registered), and the acknowledgement's post (the WRITE with immediate).
+	Serve, AckPost time.Duration
+}
 
 // Stats returns the rank's counters.
 func (c *Comm) Stats() Stats {
 	var s Stats
 	c.call(func() { s = c.stats })
+	return s
+}
+
+// LabStats returns the rank's counters and timings of the enlargement protocol.
+func (c *Comm) LabStats() LabStats {
+	var s LabStats
+	c.call(func() { s = c.lab })
 	return s
 }
 

@@ -11,9 +11,9 @@ import (
 // receiver's ring; the immediate says which slot, and carries credits for the other
 // direction, so that completion (not polling memory, which weakly-ordered mode would make
 // unsafe) tells the receiver a slot is full. Credits alone go as zero-length WRITEs with
-// immediate (no slot). The enlargement acknowledgement is a plain RDMA WRITE into the
-// sender's acknowledgement area, framed by head and tail flags, followed by a zero-length
-// notification.
+// immediate (no slot). The enlargement acknowledgement, framed by head and tail flags, is
+// one RDMA WRITE with immediate into a slot of the sender's acknowledgement area: the
+// immediate, which names the slot, is the notification that it was written.
 
 // Immediate data: kind (4 bits), ring generation (2 bits), credits (10 bits), slot (16 bits).
 const (

@@ -463,7 +463,7 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 		}
 		// The peer tells rank 0 its side of the enlargement.
 		if c.Rank() == peer {
-			e := c.Stats().LastEnlargement
+			e := c.LabStats().LastEnlargement
 			binary.LittleEndian.PutUint64(times, uint64(e.Serve))
 			binary.LittleEndian.PutUint64(times[8:], uint64(e.AckPost))
 			if err := c.Send(ctx, times, 0, 10); err != nil {
@@ -473,7 +473,7 @@ func enlarge(ctx context.Context, c *msg.Comm, out func(result)) error {
 			if _, err := c.Recv(ctx, times, peer, 10); err != nil {
 				return err
 			}
-			e := c.Stats().LastEnlargement
+			e := c.LabStats().LastEnlargement
 			ackWait, provision, toFirst = append(ackWait, us(e.AckWait)), append(provision, us(e.Provision)), append(toFirst, us(e.ToFirstSend))
 			serve = append(serve, us(time.Duration(binary.LittleEndian.Uint64(times))))
 			ackPost = append(ackPost, us(time.Duration(binary.LittleEndian.Uint64(times[8:]))))
