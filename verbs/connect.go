@@ -36,7 +36,7 @@ type Endpoint struct {
 	// address: standard RoCEv2 peers (rxe, ConnectX) send each QP's packets from a port of
 	// their own choosing (flow entropy) that the connection setup does not carry. Without
 	// it the QP accepts only the peer device's Port, as a softrnic device sends from (a
-	// check against other processes on the peer's host; see the README's security model).
+	// check against other processes on the peer's host; see docs/security.md).
 	AnySourcePort bool
 }
 

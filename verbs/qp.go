@@ -240,7 +240,7 @@ type AHAttr struct {
 	// softrnic extension). A softrnic device sends every packet from its own port, so
 	// Connect sets it to the peer Endpoint's Port; standard RoCEv2 peers choose a source
 	// port per QP (flow entropy) that the connection setup does not carry, so for them it
-	// stays 0 and only the peer's address is checked. See the README's security model.
+	// stays 0 and only the peer's address is checked. See docs/security.md.
 	SrcPort uint16
 }
 
@@ -579,7 +579,7 @@ type Counters struct {
 	UnknownQP            uint64 // device only: no such destination QP
 	// Device only: RDMA WRITE packets whose payload was copied into the region in the same
 	// pass as their ICRC check (the next packet of a WRITE in progress, in ordered mode;
-	// see the README's "Receive queues, CPU per byte, and latency tails").
+	// see docs/performance.md, "Where one flow's time goes").
 	DirectPlaced uint64
 	// Device only: what fault injection did to outgoing datagrams.
 	FaultsLost, FaultsReordered, FaultsDuplicated, FaultsCorrupted uint64
