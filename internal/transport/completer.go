@@ -114,10 +114,9 @@ func (c *completer) ackUpTo(psn wire.PSN) {
 	if psn.Before(r.una) {
 		return
 	}
-	size := uint64(len(q.sq))
 	old := r.una
-	for q.sqTail != q.sqStarted {
-		w := &q.sq[q.sqTail%size]
+	for q.sq.inFlight() {
+		w := q.sq.oldest()
 		if w.isReadOrAtomic() {
 			if psn.Before(w.firstPSN) {
 				r.una = psn.Add(1)
@@ -134,7 +133,7 @@ func (c *completer) ackUpTo(psn wire.PSN) {
 			break
 		}
 		c.completeSend(w)
-		if q.sqTail == q.sqStarted {
+		if !q.sq.inFlight() {
 			r.una = psn.Add(1)
 		}
 	}
@@ -151,7 +150,7 @@ func (c *completer) progress() {
 	r.rnrLeft = q.attr.RNRRetry
 	r.rewound = false
 	r.nakRepeat = false
-	if r.curPSN.Before(r.una) && q.sqCur != q.sqStarted {
+	if r.curPSN.Before(r.una) && !q.sq.fresh() {
 		// Acknowledged beyond what is being resent: skip ahead.
 		q.req.rewind(r.una)
 	}
@@ -167,10 +166,7 @@ func (c *completer) completeSend(w *sendWQE) {
 		q.sendCQ.push(&e)
 	}
 	clear(w.segs)
-	q.sqTail++
-	if q.sqCur < q.sqTail {
-		q.sqCur = q.sqTail
-	}
+	q.sq.retire()
 	if q.state == StateSQD {
 		c.checkDrained()
 	}
@@ -179,7 +175,7 @@ func (c *completer) completeSend(w *sendWQE) {
 // checkDrained raises SQ_DRAINED once an SQD QP has nothing outstanding.
 func (c *completer) checkDrained() {
 	q := c.q
-	if q.sqTail == q.sqStarted && q.sqdNotify {
+	if !q.sq.inFlight() && q.sqdNotify {
 		q.sqdNotify = false
 		q.dev.raise(Event{Type: EventSQDrained, QP: q, Detail: "send queue drained"})
 	}
@@ -209,10 +205,10 @@ func (c *completer) expectedResponse(psn wire.PSN) *sendWQE {
 	case psn != r.una:
 		q.stats.OutOfSequence++
 		c.goBackOnce()
-	case q.sqTail == q.sqStarted:
+	case !q.sq.inFlight():
 		q.stats.Dropped++
 	default:
-		return &q.sq[q.sqTail%uint64(len(q.sq))]
+		return q.sq.oldest()
 	}
 	return nil
 }

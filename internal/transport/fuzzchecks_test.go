@@ -143,8 +143,8 @@ func logOutcome(t *testing.T, q *QP, cq *CQ) {
 func requesterConsistent(q *QP) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !(q.sqTail <= q.sqCur && q.sqCur <= q.sqStarted && q.sqStarted <= q.sqHead) {
-		return fmt.Errorf("send queue indices out of order: tail %d cur %d started %d head %d", q.sqTail, q.sqCur, q.sqStarted, q.sqHead)
+	if sq := &q.sq; !(sq.tail <= sq.cur && sq.cur <= sq.started && sq.started <= sq.head) {
+		return fmt.Errorf("send queue indices out of order: tail %d cur %d started %d head %d", q.sq.tail, q.sq.cur, q.sq.started, q.sq.head)
 	}
 	if q.req.rdOut < 0 || q.req.rdOut > int(q.attr.MaxRdAtomic) {
 		return fmt.Errorf("%d READ/atomic requests outstanding, max_rd_atomic %d", q.req.rdOut, q.attr.MaxRdAtomic)

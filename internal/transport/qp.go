@@ -58,37 +58,6 @@ type QPConfig struct {
 	GSI bool
 }
 
-// sendWQE is a posted send work request plus the transport's bookkeeping for it.
-type sendWQE struct {
-	wrID       uint64
-	raddr      uint64
-	compareAdd uint64
-	swap       uint64
-	segs       [][]byte // resolved local memory (or the inline copy)
-	inline     []byte
-	length     uint32
-	rkey       uint32
-	imm        uint32
-	verr       uint32 // local error found at post time, reported when the WQE is reached
-	firstPSN   wire.PSN
-	ah         *AH    // UD: destination
-	remoteQPN  uint32 // UD
-	qkey       uint32 // UD: the Q_Key the datagram carries
-	npkts      uint32
-	doneCnt    uint32   // weak mode: PSNs acknowledged or answered
-	rsn        wire.PSN // weak mode: receive sequence number (SEND, WRITE with immediate)
-	readSN     wire.PSN // weak mode: read sequence number of the first READ request or the atomic
-	op         uint8
-	flags      uint8
-	signaled   bool
-}
-
-func (w *sendWQE) isReadOrAtomic() bool {
-	return w.op == WRRead || w.op == WRAtomicCmpSwap || w.op == WRAtomicFetch
-}
-
-func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
-
 // QP is a reliable-connected queue pair.
 type QP struct {
 	// Set at creation, read without a lock.
@@ -123,11 +92,7 @@ type QP struct {
 	src       int              // the device socket its packets leave from (netio source; see sourceFor)
 	sqdNotify bool
 
-	sq        []sendWQE
-	sqHead    uint64 // next slot to post
-	sqCur     uint64 // WQE being (re)sent
-	sqStarted uint64 // WQEs before this one have PSNs assigned
-	sqTail    uint64 // oldest WQE not yet completed
+	sq sendQueue // posted by PostSend, sent by the requester, retired by the completer
 
 	req   requester   // sends requests (requester.go)
 	comp  completer   // handles their responses (completer.go)
@@ -171,13 +136,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	}
 	q.mu.rank = rankQP
 	q.txIdle.L = &q.mu
-	q.sq = make([]sendWQE, c.MaxSendWR)
-	for i := range q.sq {
-		q.sq[i].segs = make([][]byte, 0, max(c.MaxSendSGE, 1))
-		if c.MaxInline > 0 {
-			q.sq[i].inline = make([]byte, 0, c.MaxInline)
-		}
-	}
+	q.sq.init(c.MaxSendWR, c.MaxSendSGE, c.MaxInline)
 	if c.SRQ != nil {
 		q.rq, q.srq = c.SRQ, true
 	} else {
@@ -627,10 +586,7 @@ func (q *QP) Query() Attr {
 
 // resetQueues empties both queues without completions and resets transport state.
 func (q *QP) resetQueues() {
-	for i := q.sqTail; i != q.sqHead; i++ {
-		clear(q.sq[i%uint64(len(q.sq))].segs)
-	}
-	q.sqHead, q.sqCur, q.sqStarted, q.sqTail = 0, 0, 0, 0
+	q.sq.reset()
 	if !q.srq {
 		q.rq.reset()
 	}
@@ -664,13 +620,13 @@ func (q *QP) errorState(status uint8, verr uint32) {
 // WR_FLUSH_ERR) and every receive WQE with WR_FLUSH_ERR.
 func (q *QP) flush(first uint8, verr uint32) {
 	st := first
-	for ; q.sqTail != q.sqHead; q.sqTail++ {
-		w := &q.sq[q.sqTail%uint64(len(q.sq))]
+	for !q.sq.empty() {
+		w := q.sq.oldest()
 		q.sendCQ.push(&CQE{WRID: w.wrID, QPN: q.qpn, Status: st, Opcode: wcOpcode(w.op), VendorErr: verr})
 		clear(w.segs)
+		q.sq.retire()
 		st, verr = StatusWRFlushErr, 0
 	}
-	q.sqCur, q.sqStarted = q.sqHead, q.sqHead
 	q.req.rdOut = 0
 	q.resp.abortMessage(q)
 	if !q.srq {
@@ -744,7 +700,7 @@ func (q *QP) finishPostUnlock(n int) {
 }
 
 func (q *QP) postOne(wr *SendWR) error {
-	if q.sqHead-q.sqTail == uint64(len(q.sq)) {
+	if q.sq.full() {
 		return ErrSQFull
 	}
 	var total uint64 // the message's length
@@ -757,7 +713,7 @@ func (q *QP) postOne(wr *SendWR) error {
 	if len(wr.SG) > q.maxSendSGE {
 		return fmt.Errorf("%d SGEs exceed the QP's max_send_sge %d", len(wr.SG), q.maxSendSGE)
 	}
-	w := &q.sq[q.sqHead%uint64(len(q.sq))]
+	w := q.sq.slot()
 	w.segs = w.segs[:0]
 	w.verr = 0
 	inline := wr.Flags&FlagInline != 0
@@ -830,7 +786,7 @@ func (q *QP) postOne(wr *SendWR) error {
 	if wr.RemoteQKey&0x80000000 != 0 {
 		w.qkey = q.attr.QKey // a controlled Q_Key: the QP's own is sent instead
 	}
-	q.sqHead++
+	q.sq.post()
 	return nil
 }
 

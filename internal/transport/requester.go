@@ -12,7 +12,7 @@ import (
 type requester struct {
 	q           *QP      // the QP whose send queue it sends
 	nextPSN     wire.PSN // first PSN of the next WQE to start
-	curPSN      wire.PSN // next PSN to (re)send within WQE sqCur
+	curPSN      wire.PSN // next PSN to (re)send within the current WQE (sendQueue.cur)
 	una         wire.PSN // oldest unacknowledged PSN
 	highPSN     wire.PSN // one past the highest PSN ever sent
 	rdOut       int      // read and atomic requests outstanding
@@ -123,16 +123,15 @@ func (r *requester) fill(b *netio.SendBatch) bool {
 		return true
 	}
 	window := q.mode.window(q)
-	size := uint64(len(q.sq))
-	for q.sqCur != q.sqHead {
-		w := &q.sq[q.sqCur%size]
-		if q.sqCur == q.sqStarted {
+	for q.sq.unsent() {
+		w := q.sq.current()
+		if q.sq.fresh() {
 			if q.state == StateSQD {
 				return false
 			}
 			if w.verr != 0 || (w.isReadOrAtomic() && q.attr.MaxRdAtomic == 0) {
 				// Everything before it completes first; then it fails and the QP errors.
-				if q.sqTail == q.sqCur {
+				if q.sq.atOldest() {
 					if w.verr != 0 {
 						q.errorState(StatusLocProtErr, w.verr)
 					} else {
@@ -154,7 +153,7 @@ func (r *requester) fill(b *netio.SendBatch) bool {
 			w.npkts = r.pktsFor(w)
 			r.nextPSN = r.nextPSN.Add(w.npkts)
 			r.curPSN = w.firstPSN
-			q.sqStarted++
+			q.sq.start()
 			q.mode.start(q, w)
 		}
 		end := r.curPSN // last PSN the next packet covers
@@ -182,16 +181,15 @@ func (r *requester) fill(b *netio.SendBatch) bool {
 		}
 		psn := r.curPSN
 		r.curPSN = r.buildRequest(b, w, psn, end, false)
-		q.mode.sent(q, q.sqCur, w, psn, r.curPSN, now)
+		q.mode.sent(q, q.sq.cur, w, psn, r.curPSN, now)
 		if fresh {
 			r.highPSN = r.curPSN
 		} else {
 			q.stats.Retransmits++
 		}
 		if r.curPSN == w.lastPSN().Add(1) {
-			q.sqCur++
-			if q.sqCur != q.sqStarted {
-				r.curPSN = q.sq[q.sqCur%size].firstPSN
+			if next := q.sq.next(); next != nil {
+				r.curPSN = next.firstPSN
 			}
 		}
 	}
@@ -365,20 +363,14 @@ func (r *requester) restartRTO() {
 
 // rewind makes the requester resend from psn (go-back-N).
 func (r *requester) rewind(psn wire.PSN) {
-	q := r.q
-	size := uint64(len(q.sq))
-	for i := q.sqTail; i != q.sqStarted; i++ {
-		w := &q.sq[i%size]
-		if !w.lastPSN().Before(psn) {
-			q.sqCur = i
-			if psn.Before(w.firstPSN) {
-				psn = w.firstPSN
-			}
-			r.curPSN = psn // a READ is re-requested from psn to the end of its chunk
-			r.rewound, r.rewindPSN = true, psn
-			return
-		}
+	w := r.q.sq.rewind(psn)
+	if w == nil {
+		r.curPSN = r.nextPSN
+		return
 	}
-	q.sqCur = q.sqStarted
-	r.curPSN = r.nextPSN
+	if psn.Before(w.firstPSN) {
+		psn = w.firstPSN
+	}
+	r.curPSN = psn // a READ is re-requested from psn to the end of its chunk
+	r.rewound, r.rewindPSN = true, psn
 }

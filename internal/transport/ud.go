@@ -177,7 +177,7 @@ func (ud) sent(q *QP, _ uint64, _ *sendWQE, _, next wire.PSN, _ int64) { q.req.u
 
 // transmitted completes the sends handed to the socket, in order.
 func (ud) transmitted(q *QP) {
-	for q.sqTail != q.sqCur {
-		q.comp.completeSend(&q.sq[q.sqTail%uint64(len(q.sq))])
+	for q.sq.sentUncompleted() {
+		q.comp.completeSend(q.sq.oldest())
 	}
 }

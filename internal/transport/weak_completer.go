@@ -38,7 +38,7 @@ func (q *QP) markDone(p wire.PSN, now int64) bool {
 	if !m.retx {
 		ws.sample = now - m.sentAt
 	}
-	w := q.wqeAt(m.wqe)
+	w := q.sq.byIndex(m.wqe)
 	w.doneCnt++
 	if w.doneCnt == w.npkts {
 		kind := kindSendDone
@@ -68,10 +68,10 @@ func (q *QP) doneAdvance(progress bool, now int64) {
 	ws, r := q.weak, &q.req
 	ws.items = ws.done.Advance(ws.items[:0])
 	for _, it := range ws.items {
-		if q.sqTail == q.sqStarted || uint32(q.sqTail) != it.Ref {
+		if !q.sq.isOldest(it.Ref) {
 			break // cannot happen: items come in work request order
 		}
-		q.comp.completeSend(&q.sq[q.sqTail%uint64(len(q.sq))])
+		q.comp.completeSend(q.sq.oldest())
 	}
 	r.una = ws.done.Base()
 	if progress {
@@ -147,7 +147,7 @@ func (q *QP) weakReadResponse(p *wire.Packet) {
 		return
 	}
 	m := ws.m(psn)
-	w := q.wqeAt(m.wqe)
+	w := q.sq.byIndex(m.wqe)
 	if w.op != WRRead || psn.Before(w.firstPSN) || w.lastPSN().Before(psn) {
 		q.stats.Dropped++
 		return
@@ -181,7 +181,7 @@ func (q *QP) weakAtomicAck(p *wire.Packet) {
 		q.stats.Duplicates++
 		return
 	}
-	w := q.wqeAt(ws.m(psn).wqe)
+	w := q.sq.byIndex(ws.m(psn).wqe)
 	if (w.op != WRAtomicCmpSwap && w.op != WRAtomicFetch) || w.firstPSN != psn {
 		q.stats.Dropped++
 		return

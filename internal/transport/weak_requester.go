@@ -28,12 +28,6 @@ func (ws *weakState) readSeqDone(seq wire.PSN) {
 
 func (ws *weakState) m(psn wire.PSN) *psnMeta { return &ws.meta[uint32(psn)&(ws.span-1)] }
 
-// wqeAt returns the WQE whose index has low bits idx (it lies between tail and started).
-func (q *QP) wqeAt(idx uint32) *sendWQE {
-	full := q.sqTail + uint64(idx-uint32(q.sqTail))
-	return &q.sq[full%uint64(len(q.sq))]
-}
-
 // start gives a WQE entering the wire its sequence numbers.
 func (ws *weakState) start(q *QP, w *sendWQE) {
 	w.doneCnt = 0
@@ -139,7 +133,7 @@ func (q *QP) fillRetransmits(b *netio.SendBatch, now int64) bool {
 		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
 			return true
 		}
-		w := q.wqeAt(m.wqe)
+		w := q.sq.byIndex(m.wqe)
 		end := p
 		if w.op == WRRead {
 			ce := q.req.readChunkEnd(w, p)
