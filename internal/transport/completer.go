@@ -7,10 +7,42 @@ import (
 )
 
 // completer is the QP's role that handles what comes back for its requests: ACKs, NAKs
-// (go-back or fail), READ responses and atomic ACKs, and completes send WQEs in order.
-// Its state is the requester's PSN window (requester.una) and the send queue.
+// (go-back or fail), READ responses and atomic ACKs, and completes send WQEs in order. It
+// decides when to try again and when to give up, and owns the retry budgets for that; it
+// moves the requester's PSN window (requester.una) and retires WQEs from the send queue.
 type completer struct {
 	q *QP
+	// The retry budgets, whole again whenever the peer acknowledges something new (refill):
+	// for local ACK timeouts and repeated sequence NAKs (retry_cnt), and for RNR NAKs
+	// (rnr_retry; 7 retries forever).
+	retryLeft uint8
+	rnrLeft   uint8
+	// The last sequence NAK, to tell a repeated one without progress (which uses a retry).
+	lastNakPSN wire.PSN
+	nakRepeat  bool
+}
+
+// refill makes the retry budgets whole: the peer acknowledged something new.
+func (c *completer) refill() {
+	c.retryLeft = c.q.attr.RetryCnt
+	c.rnrLeft = c.q.attr.RNRRetry
+}
+
+// timeout handles the local ACK timeout, fired with requests outstanding: it uses a retry
+// (or fails the QP with RETRY_EXC_ERR when none is left) and has the requester send again
+// what was not acknowledged. It reports whether the requester has packets to send.
+func (c *completer) timeout() bool {
+	q := c.q
+	r := &q.req
+	q.stats.Timeouts++
+	if c.retryLeft == 0 {
+		q.errorState(StatusRetryExcErr, VendorRetryTimer)
+		return false
+	}
+	c.retryLeft--
+	q.mode.resend(q, r.una, true)
+	r.rtoAt = 0
+	return true
 }
 
 // handleResponse processes an ACK, NAK, READ response or atomic ACK (q.mu and rxMu held).
@@ -59,7 +91,7 @@ func (c *completer) handleAck(p *wire.Packet) {
 		if q.state != StateRTS && q.state != StateSQD {
 			return
 		}
-		q.startRNRWait(r.una, syn) // psn, unless READ responses before it are missing
+		c.startRNRWait(r.una, syn) // psn, unless READ responses before it are missing
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
 		c.ackUpTo(psn.Add(wire.PSNMask))
@@ -69,14 +101,14 @@ func (c *completer) handleAck(p *wire.Packet) {
 		code := wire.AETHValue(syn)
 		if code == wire.NakPSNSeqError {
 			// Go back to psn. A NAK for the same PSN again without progress uses a retry.
-			if r.nakRepeat && r.lastNakPSN == psn {
-				if r.retryLeft == 0 {
+			if c.nakRepeat && c.lastNakPSN == psn {
+				if c.retryLeft == 0 {
 					q.errorState(StatusRetryExcErr, VendorRetryTimer)
 					return
 				}
-				r.retryLeft--
+				c.retryLeft--
 			}
-			r.nakRepeat, r.lastNakPSN = true, psn
+			c.nakRepeat, c.lastNakPSN = true, psn
 			r.closeWindow()
 			q.req.rewind(r.una) // psn, unless READ responses before it are missing
 			q.home.queueKick(q)
@@ -146,10 +178,9 @@ func (c *completer) ackUpTo(psn wire.PSN) {
 func (c *completer) progress() {
 	q := c.q
 	r := &q.req
-	r.retryLeft = q.attr.RetryCnt
-	r.rnrLeft = q.attr.RNRRetry
+	c.refill()
 	r.rewound = false
-	r.nakRepeat = false
+	c.nakRepeat = false
 	if r.curPSN.Before(r.una) && !q.sq.fresh() {
 		// Acknowledged beyond what is being resent: skip ahead.
 		q.req.rewind(r.una)

@@ -531,11 +531,11 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 	}
 	if mask&MaskRetryCnt != 0 {
 		at.RetryCnt = a.RetryCnt
-		q.req.retryLeft = a.RetryCnt
+		q.comp.retryLeft = a.RetryCnt
 	}
 	if mask&MaskRNRRetry != 0 {
 		at.RNRRetry = a.RNRRetry
-		q.req.rnrLeft = a.RNRRetry
+		q.comp.rnrLeft = a.RNRRetry
 	}
 	if mask&MaskEnSQDAsyncNotif != 0 {
 		q.sqdNotify = a.SQDNotify
@@ -592,6 +592,7 @@ func (q *QP) resetQueues() {
 	}
 	q.req = requester{q: q}
 	q.req.setWindow(q.dev.winBase)
+	q.comp = completer{q: q}
 	q.resp.reset()
 	// Keep the counters of the mode's bookkeeping that goes away.
 	opened, closed := q.mode.holeCounts()

@@ -16,17 +16,13 @@ type requester struct {
 	una         wire.PSN // oldest unacknowledged PSN
 	highPSN     wire.PSN // one past the highest PSN ever sent
 	rdOut       int      // read and atomic requests outstanding
-	retryLeft   uint8
-	rnrLeft     uint8
-	rnrWait     bool
+	rnrWait     bool     // waiting out an RNR NAK's timer (until rnrUntil) before sending from rnrPSN
 	rnrUntil    int64
 	rnrPSN      wire.PSN
 	rtoAt       int64 // local ACK timeout deadline; 0: not armed
 	sinceAckReq int
 	rewound     bool     // already went back to rewindPSN and is waiting for progress
 	rewindPSN   wire.PSN // PSN of the last go-back
-	lastNakPSN  wire.PSN
-	nakRepeat   bool
 	// The window (see openWindow), where it last changed, and the AckReq spacing that
 	// goes with it.
 	win      int32

@@ -282,7 +282,7 @@ func (rs *responder) recvSend(p *wire.Packet) {
 	}
 	if f&wire.IsFirst != 0 {
 		if !q.rq.pop(&rs.rwqe) {
-			q.sendRNR(rs.epsn)
+			rs.sendRNR(rs.epsn)
 			return
 		}
 		if q.srq {
@@ -354,7 +354,7 @@ func (rs *responder) recvWrite(p *wire.Packet) {
 	if f&wire.HasImmDt != 0 && !rs.haveRWQE {
 		// The immediate consumes a receive WQE; without one, nothing of this packet is placed.
 		if !q.rq.pop(&rs.rwqe) {
-			q.sendRNR(rs.epsn)
+			rs.sendRNR(rs.epsn)
 			return
 		}
 		if q.srq {

@@ -186,20 +186,15 @@ func (q *QP) onTimer() {
 	r := &q.req
 	kick := q.mode.onTimer(q, now)
 	if r.rnrWait {
-		kick = q.endRNRWait(now) || kick
+		kick = r.endRNRWait(now) || kick
 	} else if r.rtoAt != 0 {
 		if !r.outstanding() {
 			r.rtoAt = 0
 		} else if now >= r.rtoAt {
-			q.stats.Timeouts++
-			if r.retryLeft == 0 {
-				q.errorState(StatusRetryExcErr, VendorRetryTimer)
-				q.mu.Unlock()
+			if !q.comp.timeout() {
+				q.mu.Unlock() // the QP failed
 				return
 			}
-			r.retryLeft--
-			q.mode.resend(q, r.una, true)
-			r.rtoAt = 0
 			kick = true
 		} else {
 			q.home.timers.arm(q, r.rtoAt)

@@ -76,8 +76,7 @@ func (q *QP) doneAdvance(progress bool, now int64) {
 	r.una = ws.done.Base()
 	if progress {
 		ws.rtt()
-		r.retryLeft = q.attr.RetryCnt
-		r.rnrLeft = q.attr.RNRRetry
+		q.comp.refill()
 		ws.backoff, ws.probeBo = 0, 0
 		q.req.restartRTO()
 		q.detectLoss()
@@ -128,7 +127,7 @@ func (q *QP) weakAck(p *wire.Packet) {
 		if q.state != StateRTS && q.state != StateSQD || r.rnrWait {
 			return // one RNR retry per wait, however many packets were refused
 		}
-		q.startRNRWait(p.BTH.PSN.Add(1), syn)
+		q.comp.startRNRWait(p.BTH.PSN.Add(1), syn)
 	case wire.AETHNak:
 		q.stats.NAKsRecv++
 		q.doneAdvance(progress, now)

@@ -153,7 +153,7 @@ func (q *QP) weakData(p *wire.Packet, o *wire.OOH) {
 					return
 				}
 				ws.rnrQuiet, ws.rnrPSN = true, psn
-				q.sendRNR(psn)
+				q.resp.sendRNR(psn)
 				return
 			}
 			ws.rnrQuiet = false
