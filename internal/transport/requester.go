@@ -301,20 +301,6 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 	return next
 }
 
-// weakDataOpcode returns the weak-mode opcode of a SEND or WRITE packet; the immediate
-// travels on the message's last packet.
-func weakDataOpcode(op uint8, last bool) wire.Opcode {
-	switch {
-	case op == WRSendImm && last:
-		return wire.OpWeakSendImm
-	case op == WRSend || op == WRSendImm:
-		return wire.OpWeakSend
-	case op == WRWriteImm && last:
-		return wire.OpWeakWriteImm
-	}
-	return wire.OpWeakWrite
-}
-
 func requestOpcode(op uint8, first, last bool) wire.Opcode {
 	var base wire.Opcode // FIRST, MIDDLE, LAST, LAST_IMM, ONLY, ONLY_IMM
 	if op == WRWrite || op == WRWriteImm {
