@@ -192,7 +192,7 @@ func (q *QP) SRQDemand() (taken, refused uint64) {
 
 // usage computes the current usage of every dimension (q.mu held).
 func (q *QP) usage() [NumLimits]uint32 {
-	u := q.mode.usage(q)
+	u := q.resp.order.usage()
 	if taken, polled := q.srqTaken, q.srqPolled.Load(); taken > polled {
 		u[LimitSRQHeld] = uint32(taken - polled)
 	}

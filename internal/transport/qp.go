@@ -94,11 +94,12 @@ type QP struct {
 
 	sq sendQueue // posted by PostSend, sent by the requester, retired by the completer
 
-	req   requester   // sends requests (requester.go)
-	comp  completer   // handles their responses (completer.go)
-	resp  responder   // answers the peer's requests (responder.go)
-	mode  mode        // what differs between the transport modes (mode.go); set at RTR
-	weak  *weakState  // the mode's state when it is weakly ordered (used by weak*.go only)
+	svc   service     // RC or UD (service.go); set at creation
+	req   requester   // RC: sends requests (requester.go)
+	comp  completer   // RC: handles their responses (completer.go)
+	resp  responder   // RC: answers the peer's requests (responder.go)
+	ord   ordered     // ordered mode's parts of the three roles (ordered*.go)
+	weak  *weakState  // weak mode's roles; nil unless the QP is weakly ordered (weak*.go)
 	lq    *limitQueue // limit queue; nil: no limits
 	stats Stats
 
@@ -128,10 +129,11 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	}
 	q := &QP{
 		service: c.Service, dev: d, pd: c.PD, sendCQ: c.SendCQ, recvCQ: c.RecvCQ, sigAll: c.SigAll,
-		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1, mode: ordered{},
+		maxSendSGE: c.MaxSendSGE, maxInline: c.MaxInline, timerIdx: -1,
 	}
-	q.mode = q.initialMode()
+	q.svc = rc{q}
 	if c.Service == ServiceUD {
+		q.svc = newUDService(q)
 		q.mtu = uint32(wire.MTUBytes(d.cfg.MTU)) // a UD message is one packet of up to the port's MTU
 	}
 	q.mu.rank = rankQP
@@ -147,6 +149,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	}
 	q.resp.init(q)
 	q.req.q, q.comp.q = q, q
+	q.setOrdering(Ordered, 0)
 	if c.GSI {
 		if err := d.claimGSI(q); err != nil {
 			return nil, err
@@ -513,8 +516,7 @@ func (q *QP) apply(a *Attr, mask uint32, peer netio.Addr) {
 		q.resp.epsn = a.RQPSN
 	}
 	if mask&MaskSQPSN != 0 {
-		at.SQPSN = a.SQPSN
-		q.req.resetPSN(a.SQPSN)
+		at.SQPSN = a.SQPSN // the service begins there when the QP enters RTS
 	}
 	if mask&MaskMaxDestRdAtomic != 0 {
 		at.MaxDestRdAtomic = a.MaxDestRdAtomic
@@ -560,11 +562,10 @@ func (q *QP) setState(s QPState) {
 	case StateReset:
 		q.resetQueues()
 	case StateRTR:
-		q.mode = q.modeFor(&q.attr)
-		q.weak, _ = q.mode.(*weakState)
+		q.setOrdering(q.attr.Ordering, q.attr.MaxHole)
 	case StateRTS:
 		if old == StateRTR {
-			q.mode.startRequester(q, q.req.nextPSN)
+			q.svc.begin(q.attr.SQPSN)
 		}
 	case StateErr:
 		if old != StateErr {
@@ -594,11 +595,11 @@ func (q *QP) resetQueues() {
 	q.req.setWindow(q.dev.winBase)
 	q.comp = completer{q: q}
 	q.resp.reset()
-	// Keep the counters of the mode's bookkeeping that goes away.
-	opened, closed := q.mode.holeCounts()
+	// Keep the counters of weak mode's bookkeeping, which goes away.
+	opened, closed := q.weak.holeCounts()
 	q.stats.HolesOpened += opened
 	q.stats.HolesClosed += closed
-	q.mode, q.weak = q.initialMode(), nil
+	q.setOrdering(Ordered, 0)
 	q.commEst = false
 	q.attr = Attr{}
 	if q.service != ServiceUD {
@@ -629,11 +630,10 @@ func (q *QP) flush(first uint8, verr uint32) {
 		st, verr = StatusWRFlushErr, 0
 	}
 	q.req.rdOut = 0
-	q.resp.abortMessage(q)
+	q.resp.abort()
 	if !q.srq {
 		q.rq.flush(q.recvCQ, q.qpn)
 	} else {
-		q.mode.flushTaken(q)
 		q.dev.raise(Event{Type: EventQPLastWQE, QP: q, Detail: "QP on an SRQ entered the error state"})
 	}
 	q.home.timers.cancel(q)
@@ -708,7 +708,7 @@ func (q *QP) postOne(wr *SendWR) error {
 	for _, s := range wr.SG {
 		total += uint64(s.Length)
 	}
-	if err := q.mode.checkPost(q, wr.Opcode, wr.AH != nil, wr.RemoteQPN, total); err != nil {
+	if err := q.svc.checkPost(wr.Opcode, wr.AH != nil, wr.RemoteQPN, total); err != nil {
 		return err
 	}
 	if len(wr.SG) > q.maxSendSGE {

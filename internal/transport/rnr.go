@@ -49,7 +49,7 @@ func (r *requester) endRNRWait(now int64) bool {
 		return false
 	}
 	r.rnrWait = false
-	q.mode.resend(q, r.rnrPSN, false)
+	r.recover.resend(r.rnrPSN, false)
 	r.rtoAt = 0
 	return true
 }

@@ -139,8 +139,7 @@ func (t *timerQueue) lossDue(due []*QP) bool {
 	now := t.u.d.now()
 	for _, q := range due {
 		q.mu.Lock()
-		r := &q.req
-		loss := !q.destroyed && ((r.rtoAt != 0 && now >= r.rtoAt && r.outstanding()) || q.mode.probeDue(now))
+		loss := !q.destroyed && q.req.lossDue(now)
 		q.mu.Unlock()
 		if loss {
 			return true
@@ -184,7 +183,14 @@ func (q *QP) onTimer() {
 		return
 	}
 	r := &q.req
-	kick := q.mode.onTimer(q, now)
+	kick := false
+	if r.probeAt != 0 && !r.rnrWait { // weak mode's loss probe
+		if now < r.probeAt {
+			q.home.timers.arm(q, r.probeAt)
+		} else {
+			kick = r.recover.probe(now)
+		}
+	}
 	if r.rnrWait {
 		kick = r.endRNRWait(now) || kick
 	} else if r.rtoAt != 0 {

@@ -1,10 +1,7 @@
 package transport
 
 import (
-	"net/netip"
-
 	"github.com/softrnic/softrnic/internal/holes"
-	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -76,49 +73,17 @@ func (ws *weakState) holeCounts() (opened, closed uint64) {
 	return ws.resp.arrived.Opened + ws.comp.done.Opened, ws.resp.arrived.Closed + ws.comp.done.Closed
 }
 
-// The mode seam (see mode.go).
+// Holes reports a weakly-ordered QP's open holes: in the request PSNs it receives, with
+// what completed beyond each, and in the PSNs of its own requests not yet acknowledged or
+// answered. Both are empty in ordered mode.
+type Holes struct {
+	Responder []holes.Hole // counts by kind: 0 receive completions, 1 READ requests held, 2 atomics held
+	Requester []holes.Hole // counts by kind: 0 SEND/WRITE acknowledged, 1 READ answered, 2 atomics answered
+}
 
-func (*weakState) weak() bool { return true }
-func (ws *weakState) acceptsFrom(q *QP, from netip.AddrPort) bool {
-	return rcFrom(q, from)
+// Holes returns the QP's open holes.
+func (q *QP) Holes() Holes {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.weak.holes()
 }
-func (ws *weakState) accepts(f uint32) bool { return ws.resp.takes(f) }
-func (ws *weakState) request(q *QP, p *wire.Packet) {
-	q.established()
-	ws.resp.request(p)
-}
-func (*weakState) directTarget(*QP, *wire.Packet) []byte { return nil }
-func (ws *weakState) ack(_ *QP, b *netio.SendBatch, syn uint8, psn wire.PSN) {
-	ws.resp.ack(b, syn, psn)
-}
-func (ws *weakState) usage(*QP) [NumLimits]uint32    { return ws.resp.usage() }
-func (ws *weakState) flushTaken(*QP)                 { ws.resp.flushTaken() }
-func (ws *weakState) response(_ *QP, p *wire.Packet) { ws.comp.response(p) }
-func (*weakState) checkPost(_ *QP, _ uint8, hasAH bool, _ uint32, _ uint64) error {
-	return rcCheckPost(hasAH)
-}
-func (*weakState) transmitted(*QP)                       {}
-func (ws *weakState) startRequester(_ *QP, psn wire.PSN) { ws.comp.done.Reset(psn) }
-func (ws *weakState) window(*QP) int32                   { return ws.req.window() }
-func (ws *weakState) beforeFill(q *QP, b *netio.SendBatch) (int64, bool) {
-	now := q.dev.now()
-	return now, ws.req.fillRetransmits(b, now)
-}
-func (ws *weakState) afterFill(_ *QP, now int64) { ws.req.armProbe(now) }
-func (ws *weakState) start(_ *QP, w *sendWQE)    { ws.req.start(w) }
-func (ws *weakState) admit(_ *QP, w *sendWQE, psn, end wire.PSN) bool {
-	return ws.req.admit(w, psn, end)
-}
-func (ws *weakState) readSlot(_ *QP, w *sendWQE, psn wire.PSN) bool {
-	return ws.req.readSlot(w, psn)
-}
-func (ws *weakState) format(_ *QP, w *sendWQE, idx uint32, last bool, off, n uint64) (wire.Opcode, wire.OOH, bool, bool) {
-	return ws.req.format(w, idx, last, off, n)
-}
-func (ws *weakState) sent(_ *QP, idx uint64, w *sendWQE, psn, next wire.PSN, now int64) {
-	ws.req.sent(idx, w, psn, next, now)
-}
-func (ws *weakState) rtoShift() uint8                          { return ws.req.backoff }
-func (ws *weakState) onTimer(_ *QP, now int64) bool            { return ws.req.onTimer(now) }
-func (ws *weakState) probeDue(now int64) bool                  { return ws.req.probeDue(now) }
-func (ws *weakState) resend(_ *QP, psn wire.PSN, timeout bool) { ws.req.resend(psn, timeout) }

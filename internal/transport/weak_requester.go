@@ -21,10 +21,8 @@ type weakRequester struct {
 	txSeq    uint32     // transmissions so far
 	inflight uint32     // PSNs sent and not yet acknowledged or answered
 	lost     []wire.PSN // PSNs to retransmit (entries whose meta is no longer queued are stale)
-	backoff  uint8      // retransmission timer doublings since the last progress
-	probeAt  int64      // loss probe deadline (0: not armed)
-	probeBo  uint8      // loss probe doublings since the last progress
-	probe    int64      // minimum loss probe interval
+	probeBo  uint8      // loss probe doublings since the last progress (its deadline: requester.probeAt)
+	probeMin int64      // minimum loss probe interval
 	srtt     int64      // smoothed round trip (ns), from first transmissions only
 	rttvar   int64
 	nextRSN  wire.PSN
@@ -51,7 +49,7 @@ type psnMeta struct {
 
 func (wr *weakRequester) init(q *QP, comp *weakCompleter, span uint32) {
 	wr.q, wr.r, wr.comp, wr.span = q, &q.req, comp, span
-	wr.probe = int64(q.dev.cfg.LossProbe)
+	wr.probeMin = int64(q.dev.cfg.LossProbe)
 	wr.meta = make([]psnMeta, span)
 }
 
@@ -73,6 +71,20 @@ func (wr *weakRequester) readSeqDone(seq wire.PSN) {
 		wr.rdDone[uint32(wr.rdBase)%uint32(len(wr.rdDone))] = false
 		wr.rdBase = wr.rdBase.Add(1)
 	}
+}
+
+// begin: the requester's first PSN is the base of the completer's done tracker.
+func (wr *weakRequester) begin(psn wire.PSN) {
+	wr.r.resetPSN(psn)
+	wr.comp.done.Reset(psn)
+}
+
+// fill sends the PSNs found lost first, alone, then new packets, and arms the loss probe.
+func (wr *weakRequester) fill(b *netio.SendBatch) bool {
+	now := wr.q.dev.now()
+	full := wr.fillRetransmits(b, now) || wr.r.fillNew(b, now)
+	wr.armProbe(now)
+	return full
 }
 
 // window: the requester assigns PSNs up to the span past una (the window, which bounds
@@ -243,8 +255,8 @@ func (wr *weakRequester) queueMissing(from wire.PSN) {
 // times) until something is acknowledged.
 func (wr *weakRequester) resend(psn wire.PSN, timeout bool) {
 	wr.queueMissing(psn)
-	if timeout && wr.backoff < 6 {
-		wr.backoff++
+	if timeout && wr.r.backoff < 6 {
+		wr.r.backoff++
 	}
 }
 
@@ -255,9 +267,9 @@ func (wr *weakRequester) progress(sample, now int64) {
 	if sample > 0 {
 		wr.rtt(sample)
 	}
-	wr.backoff, wr.probeBo = 0, 0
+	wr.r.backoff, wr.probeBo = 0, 0
 	wr.r.restartRTO()
-	wr.probeAt = 0
+	wr.r.probeAt = 0
 	wr.armProbe(now)
 }
 
@@ -277,33 +289,23 @@ func (wr *weakRequester) rtt(s int64) {
 
 // armProbe starts the loss probe if requests are outstanding and it is not running.
 func (wr *weakRequester) armProbe(now int64) {
-	q := wr.q
-	if wr.probeAt != 0 || !wr.r.outstanding() || wr.probe <= 0 {
+	q, r := wr.q, wr.r
+	if r.probeAt != 0 || !r.outstanding() || wr.probeMin <= 0 {
 		return
 	}
-	wr.probeAt = now + wr.probeInterval()<<wr.probeBo
-	q.home.timers.arm(q, wr.probeAt)
+	r.probeAt = now + wr.probeInterval()<<wr.probeBo
+	q.home.timers.arm(q, r.probeAt)
 }
 
 // probeInterval is the loss probe's interval: at least the configured minimum, and long
 // enough for a round trip with its variation (as a TCP retransmission timer, RFC 6298).
 func (wr *weakRequester) probeInterval() int64 {
-	return max(wr.probe, wr.srtt+4*wr.rttvar, 2*wr.srtt)
+	return max(wr.probeMin, wr.srtt+4*wr.rttvar, 2*wr.srtt)
 }
 
-// probeDue reports whether the loss probe is due.
-func (wr *weakRequester) probeDue(now int64) bool { return wr.probeAt != 0 && now >= wr.probeAt }
-
-// onTimer runs the loss probe if it is due (re-arming the QP's timer if it is not); it
-// reports whether the requester has packets to send.
-func (wr *weakRequester) onTimer(now int64) bool {
-	if wr.probeAt == 0 || wr.r.rnrWait {
-		return false
-	}
-	if now < wr.probeAt {
-		wr.q.home.timers.arm(wr.q, wr.probeAt)
-		return false
-	}
+// probe runs the loss probe (its deadline passed) and reports whether it found a PSN to
+// send again.
+func (wr *weakRequester) probe(now int64) bool {
 	wr.lossProbe(now)
 	return len(wr.lost) > 0
 }
@@ -316,7 +318,7 @@ func (wr *weakRequester) onTimer(now int64) bool {
 // one packet. It uses none of the retry budget.
 func (wr *weakRequester) lossProbe(now int64) {
 	r, done := wr.r, wr.comp.done
-	wr.probeAt = 0
+	r.probeAt = 0
 	if !r.outstanding() {
 		return
 	}

@@ -456,10 +456,14 @@ func (wp *weakResponder) usage() (u [NumLimits]uint32) {
 	return u
 }
 
-// flushTaken completes, with WR_FLUSH_ERR, receive WQEs that messages in progress took
-// from a shared receive queue (the QP is entering ERR).
-func (wp *weakResponder) flushTaken() {
+// abort: receive WQEs that messages in progress took from a shared receive queue
+// complete with WR_FLUSH_ERR (those of the QP's own queue are still in it, and the QP
+// flushes it whole).
+func (wp *weakResponder) abort() {
 	q := wp.q
+	if !q.srq {
+		return
+	}
 	for i := range wp.msgs {
 		if m := &wp.msgs[i]; m.valid {
 			q.recvCQ.push(&CQE{WRID: m.wqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv, srq: true})
