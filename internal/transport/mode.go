@@ -12,7 +12,8 @@ import (
 // completer and responder do what both modes do alike and ask their mode, through the
 // small interfaces below, only what differs. The mode is chosen when the QP enters RTR
 // (setOrdering) and goes back to ordered at RESET. (A UD QP stays ordered; its datagrams
-// never reach the roles: UD is a service of its own, see service.go.) Every method runs with q.mu held.
+// never reach the roles: UD is a service of its own, see service.go.) Every method runs
+// with q.mu held.
 
 // sendOrder is what the requester asks its mode as it sends.
 type sendOrder interface {
