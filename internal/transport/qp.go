@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/softrnic/softrnic/internal/lockrank"
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/wire"
 )
@@ -139,7 +140,7 @@ func (d *Device) CreateQP(c QPConfig) (*QP, error) {
 	} else {
 		q.svc = rc{q}
 	}
-	q.mu.rank = rankQP
+	q.mu.Rank = lockrank.QP
 	q.txIdle.L = &q.mu
 	q.sq.init(c.MaxSendWR, c.MaxSendSGE, c.MaxInline)
 	if c.SRQ != nil {

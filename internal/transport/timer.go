@@ -3,6 +3,8 @@ package transport
 import (
 	"container/heap"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/lockrank"
 )
 
 // timerQueue is the device's one timer: a heap of QPs ordered by their next deadline
@@ -51,7 +53,7 @@ func (h *qpHeap) Pop() any {
 
 func (t *timerQueue) init(u *queue) {
 	t.u = u
-	t.mu.rank = rankTimers
+	t.mu.Rank = lockrank.Timers
 	t.wake = make(chan struct{}, 1)
 	t.done = make(chan struct{})
 }
