@@ -379,7 +379,7 @@ func (u *queue) finishBatch() {
 			if q.resp.ackPending && !q.resp.pumping() {
 				if u.polling {
 					// A consumer is polling in this goroutine and will likely post next:
-					// let the ACK ride along with that send (see QP.fill).
+					// let the ACK ride along with that send (see requester.piggybackAck).
 					if !q.resp.ackDeferred {
 						q.resp.ackDeferred = true
 						q.resp.ackAt = u.d.now() + int64(ackDelay)

@@ -36,7 +36,7 @@ const (
 )
 
 // weakState is a weakly-ordered QP's roles, each owning its state: made when the QP
-// enters RTR in weak mode (QP.setState) and dropped at RESET. The requester and completer
+// enters RTR in weak mode (QP.setOrdering) and dropped at RESET. The requester and completer
 // share what was sent and what came back through the pointers they hold to each other;
 // all three work with the QP's own roles (requester, completer, responder) for what both
 // modes do alike.
