@@ -75,7 +75,7 @@ func (c *Context) openGSI() error {
 	if err != nil {
 		return err
 	}
-	lim := transport.Limits{}
+	caps := transport.DeviceCaps{} // a UD QP takes no READ or atomic attributes
 	for _, s := range []struct {
 		a    transport.Attr
 		mask uint32
@@ -84,7 +84,7 @@ func (c *Context) openGSI() error {
 		{transport.Attr{State: transport.StateRTR}, transport.MaskState},
 		{transport.Attr{State: transport.StateRTS}, transport.MaskState | transport.MaskSQPSN},
 	} {
-		if err := g.qp.Modify(&s.a, s.mask, lim); err != nil {
+		if err := g.qp.Modify(&s.a, s.mask, caps); err != nil {
 			return err
 		}
 	}

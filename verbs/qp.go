@@ -373,7 +373,7 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 	if mask&QPAttrPort != 0 && attr.PortNum == 0 {
 		return fmt.Errorf("verbs: ModifyQP: %w: port_num 0 (the device's port is 1)", ErrInvalid)
 	}
-	if err := q.qp.Modify(&ta, uint32(mask), transport.Limits{MaxRdAtomic: maxQPRdAtom, MaxDestRdAtomic: maxQPRdAtom}); err != nil {
+	if err := q.qp.Modify(&ta, uint32(mask), transport.DeviceCaps{MaxRdAtomic: maxQPRdAtom, MaxDestRdAtomic: maxQPRdAtom}); err != nil {
 		return fmt.Errorf("verbs: ModifyQP: %w: %v", ErrInvalid, err)
 	}
 	q.mu.Lock()

@@ -3,7 +3,8 @@
 // byte), each checked on every access for protection domain, key, access rights and bounds
 // before a single byte is read or written.
 //
-// Lookups are lock-free (two atomic loads); registration and deregistration take a mutex.
+// Lookups are lock-free (two atomic loads); registration and deregistration take a mutex,
+// the last in the engine's lock order (internal/lockrank): nothing else is taken under it.
 //
 // # What an attacker can guess
 //
@@ -24,9 +25,9 @@ package tpt
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
+	"github.com/softrnic/softrnic/internal/lockrank"
 	"github.com/softrnic/softrnic/internal/ptab"
 )
 
@@ -127,7 +128,7 @@ const maxIndex = ptab.Size
 // Table maps keys to regions.
 type Table struct {
 	regions ptab.Table[Region]
-	mu      sync.Mutex
+	mu      lockrank.Mutex
 	last    []uint8         // last key byte used per index, so a reused index gets a new key
 	indices *ptab.Allocator // draws indices (see the package doc)
 	count   atomic.Int64
@@ -143,7 +144,7 @@ func New(max int) *Table {
 		max = maxIndex - ptab.Quarantine - 2
 	}
 	// Index 0 is never used, so key 0 is never valid.
-	return &Table{max: max, indices: ptab.NewAllocator(1, false)}
+	return &Table{max: max, indices: ptab.NewAllocator(1, false), mu: lockrank.Mutex{Rank: lockrank.TPT}}
 }
 
 // Count returns the number of registered regions.

@@ -3,6 +3,8 @@ package transport
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/lockrank"
 )
 
 // AckGroup is a set of devices (their receive queues) that flush each other's held-back
@@ -22,7 +24,7 @@ type AckGroup struct {
 
 // NewAckGroup returns an empty group.
 func NewAckGroup() *AckGroup {
-	return &AckGroup{mu: mutex{rank: rankAckGroup}}
+	return &AckGroup{mu: mutex{Rank: lockrank.AckGroup}}
 }
 
 // join adds a device's queue d to the group (Open).

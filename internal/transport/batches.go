@@ -1,6 +1,9 @@
 package transport
 
-import "github.com/softrnic/softrnic/internal/netio"
+import (
+	"github.com/softrnic/softrnic/internal/lockrank"
+	"github.com/softrnic/softrnic/internal/netio"
+)
 
 // batchList is a device's spare send batches, for the goroutines that transmit outside a
 // receive queue (posters, timers). A batch is about 100 KiB of resident memory (its pages
@@ -22,7 +25,7 @@ const maxSpareBatches = 64
 
 // init makes the first batch, so that the first post finds one.
 func (l *batchList) init() {
-	l.mu.rank = rankBatches
+	l.mu.Rank = lockrank.Batches
 	l.free = append(make([]*netio.SendBatch, 0, maxSpareBatches), newSendBatch())
 }
 

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/softrnic/softrnic/internal/lockrank"
 )
 
 // Arm states of a CQ.
@@ -46,7 +48,7 @@ type CQ struct {
 
 // NewCQ creates a CQ with room for n entries.
 func (d *Device) NewCQ(n int) *CQ {
-	return &CQ{dev: d, ring: newCQRing(n), mu: mutex{rank: rankCQ}}
+	return &CQ{dev: d, ring: newCQRing(n), mu: mutex{Rank: lockrank.CQ}}
 }
 
 // newCQRing allocates a ring of n CQEs with its pages faulted in: a large ring comes from

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/lockrank"
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/pcap"
 	"github.com/softrnic/softrnic/internal/ptab"
@@ -258,13 +259,13 @@ func Open(cfg Config) (*Device, error) {
 		qpSet:   make(map[*QP]struct{}),
 		qpns:    ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
-	d.qpMu.rank, d.atomicMu.rank = rankQPTable, rankAtomic
+	d.qpMu.Rank, d.atomicMu.Rank = lockrank.QPTable, lockrank.Atomic
 	d.batches.init()
 	if d.acks = cfg.AckGroup; d.acks == nil {
 		d.acks = NewAckGroup()
 	}
 	for i, c := range conns {
-		u := &queue{d: d, idx: i, conn: c, rxMu: mutex{rank: rankRx}}
+		u := &queue{d: d, idx: i, conn: c, rxMu: mutex{Rank: lockrank.Rx}}
 		u.rxBatch = c.NewRecvBatch(cfg.RecvBatch, 4096+256)
 		u.rxOut = netio.NewSendBatch(outPkts, outIovs, outArena)
 		u.timers.init(u)

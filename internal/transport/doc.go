@@ -40,7 +40,13 @@
 // own (AckGroup.flushOthers), and a QP's lock from there too. Quiesce and the tests take
 // a device's queues' rxMu one after another, in queue order, holding no other lock.
 // The locks after QP.mu are leaves: nothing else is taken while one of them is held, and
-// no callback runs under them.
+// no callback runs under them. (tpt.Table.mu is the translation table's, taken to register
+// and deregister memory regions; lookups take no lock.)
+//
+// Every one of these locks carries its rank in this order (internal/lockrank, and
+// lockrank.go here). Built with the lockcheck tag (`go test -tags lockcheck`), a Lock that
+// would wait on a lock of the same or a lower rank than one the goroutine holds, or on a
+// lock without a rank while it holds one, panics.
 //
 //   - queue.rxMu guards a receive queue's state (the batches being received and built,
 //     the lists of QPs with ACKs, responses and requester work pending, held-back ACKs).

@@ -38,7 +38,7 @@ func openSide(t testing.TB, ip string, cfg Config) *side {
 	return &side{d: d, cq: cq, qp: qp}
 }
 
-var lim = Limits{MaxRdAtomic: 16, MaxDestRdAtomic: 16}
+var lim = DeviceCaps{MaxRdAtomic: 16, MaxDestRdAtomic: 16}
 
 // connectMode connects a and b in mode. The ACK timeout (67 ms, 7 retries) leaves a
 // QP half a second without progress before it fails: on a machine busy with other work

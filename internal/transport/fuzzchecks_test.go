@@ -143,8 +143,8 @@ func logOutcome(t *testing.T, q *QP, cq *CQ) {
 func requesterConsistent(q *QP) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !(q.sqTail <= q.sqCur && q.sqCur <= q.sqStarted && q.sqStarted <= q.sqHead) {
-		return fmt.Errorf("send queue indices out of order: tail %d cur %d started %d head %d", q.sqTail, q.sqCur, q.sqStarted, q.sqHead)
+	if sq := &q.sq; !(sq.tail <= sq.cur && sq.cur <= sq.started && sq.started <= sq.head) {
+		return fmt.Errorf("send queue indices out of order: tail %d cur %d started %d head %d", q.sq.tail, q.sq.cur, q.sq.started, q.sq.head)
 	}
 	if q.req.rdOut < 0 || q.req.rdOut > int(q.attr.MaxRdAtomic) {
 		return fmt.Errorf("%d READ/atomic requests outstanding, max_rd_atomic %d", q.req.rdOut, q.attr.MaxRdAtomic)
@@ -170,29 +170,29 @@ func weakConsistent(q *QP) error {
 		}
 		return nil
 	}
-	if err := ws.arrived.Check(); err != nil {
-		return fmt.Errorf("responder's arrival tracker: %v (holes %+v)", err, ws.arrived.Holes(nil))
+	if err := ws.resp.arrived.Check(); err != nil {
+		return fmt.Errorf("responder's arrival tracker: %v (holes %+v)", err, ws.resp.arrived.Holes(nil))
 	}
-	if err := ws.done.Check(); err != nil {
-		return fmt.Errorf("requester's done tracker: %v (holes %+v)", err, ws.done.Holes(nil))
+	if err := ws.comp.done.Check(); err != nil {
+		return fmt.Errorf("requester's done tracker: %v (holes %+v)", err, ws.comp.done.Holes(nil))
 	}
 	if q.state != StateRTS && q.state != StateSQD {
 		return nil
 	}
-	if r.una != ws.done.Base() {
-		return fmt.Errorf("una %#x, done tracker's base %#x", r.una, ws.done.Base())
+	if r.una != ws.comp.done.Base() {
+		return fmt.Errorf("una %#x, done tracker's base %#x", r.una, ws.comp.done.Base())
 	}
-	if r.highPSN.Before(ws.done.High()) {
-		return fmt.Errorf("PSNs up to %#x done, only up to %#x sent", ws.done.High(), r.highPSN)
+	if r.highPSN.Before(ws.comp.done.High()) {
+		return fmt.Errorf("PSNs up to %#x done, only up to %#x sent", ws.comp.done.High(), r.highPSN)
 	}
 	n := uint32(0)
 	for p := r.una; p.Before(r.highPSN); p = p.Add(1) {
-		if !ws.done.Has(p) {
+		if !ws.comp.done.Has(p) {
 			n++
 		}
 	}
-	if n != ws.inflight {
-		return fmt.Errorf("%d PSNs in flight counted, %d sent and not done in [%#x, %#x)", ws.inflight, n, r.una, r.highPSN)
+	if n != ws.req.inflight {
+		return fmt.Errorf("%d PSNs in flight counted, %d sent and not done in [%#x, %#x)", ws.req.inflight, n, r.una, r.highPSN)
 	}
 	return nil
 }

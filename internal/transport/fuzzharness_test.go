@@ -90,7 +90,7 @@ func weakFeed(d *Device, q *QP, pkt []byte, from netip.AddrPort, flush bool) (re
 	has := func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		return q.weak != nil && q.weak.arrived.Has(p.BTH.PSN)
+		return q.weak != nil && q.weak.resp.arrived.Has(p.BTH.PSN)
 	}
 	ok := p.Decode(pkt) == nil && p.BTH.DestQP == q.QPN()
 	had := ok && has()

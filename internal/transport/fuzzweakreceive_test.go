@@ -46,7 +46,7 @@ func FuzzWeakReceivePath(f *testing.F) {
 		x.feedInput(t, r, c.qp, qpFeeder{
 			next: func(r *fuzzReader) ([]byte, bool, bool) {
 				c.qp.mu.Lock()
-				env.psnBase = c.qp.weak.arrived.Base()
+				env.psnBase = c.qp.weak.resp.arrived.Base()
 				c.qp.mu.Unlock()
 				return buildWeakPacket(r, env)
 			},

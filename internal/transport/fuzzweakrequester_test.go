@@ -86,7 +86,7 @@ func FuzzWeakRequesterResponses(f *testing.F) {
 				c.qp.mu.Lock()
 				env.psnBase = c.qp.req.una
 				if c.qp.weak != nil {
-					env.txSeq = c.qp.weak.txSeq
+					env.txSeq = c.qp.weak.req.txSeq
 				}
 				c.qp.mu.Unlock()
 				return buildWeakPacket(r, env)

@@ -23,8 +23,8 @@ func TestHeldAckSentOnTeardown(t *testing.T) {
 	}{
 		{"DestroyQP", func(b *side) error { b.qp.Destroy(); return nil }},
 		{"Close", func(b *side) error { return b.d.Close() }},
-		{"ModifyToErr", func(b *side) error { return b.qp.Modify(&Attr{State: StateErr}, MaskState, Limits{}) }},
-		{"ModifyToReset", func(b *side) error { return b.qp.Modify(&Attr{State: StateReset}, MaskState, Limits{}) }},
+		{"ModifyToErr", func(b *side) error { return b.qp.Modify(&Attr{State: StateErr}, MaskState, DeviceCaps{}) }},
+		{"ModifyToReset", func(b *side) error { return b.qp.Modify(&Attr{State: StateReset}, MaskState, DeviceCaps{}) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const psnA = 0x777

@@ -192,7 +192,7 @@ func (q *QP) SRQDemand() (taken, refused uint64) {
 
 // usage computes the current usage of every dimension (q.mu held).
 func (q *QP) usage() [NumLimits]uint32 {
-	u := q.mode.usage(q)
+	u := q.resp.order.usage()
 	if taken, polled := q.srqTaken, q.srqPolled.Load(); taken > polled {
 		u[LimitSRQHeld] = uint32(taken - polled)
 	}
@@ -236,7 +236,7 @@ func (q *QP) admit(psn wire.PSN, add *[NumLimits]uint32, takesWQE bool) bool {
 	case DecidePace:
 		lq.stats.Decisions[DecidePace]++
 		if takesWQE {
-			q.sendRNRTimer(psn, q.paceTimer())
+			q.resp.sendRNRTimer(psn, q.paceTimer())
 		} else {
 			q.stats.Dropped++ // dropped unacknowledged: the requester sends it again later
 		}
@@ -305,7 +305,7 @@ func (q *QP) hardLimit(psn wire.PSN, k LimitKind, v uint32, escalated bool) bool
 	lq := q.lq
 	if lq.cfg.OnHard == HardRNR {
 		lq.stats.Decisions[DecideHardRNR]++
-		q.sendRNR(psn)
+		q.resp.sendRNR(psn)
 		return false
 	}
 	lq.stats.Decisions[DecideHardDrop]++

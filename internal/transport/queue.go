@@ -379,7 +379,7 @@ func (u *queue) finishBatch() {
 			if q.resp.ackPending && !q.resp.pumping() {
 				if u.polling {
 					// A consumer is polling in this goroutine and will likely post next:
-					// let the ACK ride along with that send (see QP.fill).
+					// let the ACK ride along with that send (see requester.piggybackAck).
 					if !q.resp.ackDeferred {
 						q.resp.ackDeferred = true
 						q.resp.ackAt = u.d.now() + int64(ackDelay)
@@ -422,7 +422,7 @@ func (u *queue) runKicks() {
 				q.txPending = true
 			} else {
 				q.txOwner = true
-				q.txMore = q.req.fill(u.rxOut)
+				q.txMore = q.svc.fill(u.rxOut)
 				u.owned = append(u.owned, q)
 			}
 			q.mu.Unlock()
@@ -430,7 +430,7 @@ func (u *queue) runKicks() {
 		u.flushOut()
 		for _, q := range u.owned {
 			q.mu.Lock()
-			q.mode.transmitted(q)
+			q.svc.transmitted()
 			q.releaseTx()
 			if q.txPending || q.txMore {
 				q.txPending, q.txMore = false, false

@@ -7,26 +7,27 @@ import (
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
-// requester is the send side of a QP: it turns send WQEs into request packets, keeps the
-// PSN window and retransmits (go-back-N in ordered mode).
+// requester is the send side of an RC QP: it turns send WQEs into request packets, keeps
+// the PSN window, the RNR wait and the ACK timers, and asks its ordering mode (order,
+// recover: orderedRequester or weakRequester) what the packets look like, when they may
+// go, and what to send again.
 type requester struct {
-	q           *QP      // the QP whose send queue it sends
+	q       *QP // the QP whose send queue it sends
+	order   sendOrder
+	recover recovery
+
 	nextPSN     wire.PSN // first PSN of the next WQE to start
-	curPSN      wire.PSN // next PSN to (re)send within WQE sqCur
+	curPSN      wire.PSN // next PSN to (re)send within the current WQE (sendQueue.cur)
 	una         wire.PSN // oldest unacknowledged PSN
 	highPSN     wire.PSN // one past the highest PSN ever sent
 	rdOut       int      // read and atomic requests outstanding
-	retryLeft   uint8
-	rnrLeft     uint8
-	rnrWait     bool
+	rnrWait     bool     // waiting out an RNR NAK's timer (until rnrUntil) before sending from rnrPSN
 	rnrUntil    int64
 	rnrPSN      wire.PSN
 	rtoAt       int64 // local ACK timeout deadline; 0: not armed
+	backoff     uint8 // doublings of the ACK timeout since the last progress (weak mode backs off)
+	probeAt     int64 // weak mode's loss probe deadline (weakRequester.lossProbe); 0: not armed
 	sinceAckReq int
-	rewound     bool     // already went back to rewindPSN and is waiting for progress
-	rewindPSN   wire.PSN // PSN of the last go-back
-	lastNakPSN  wire.PSN
-	nakRepeat   bool
 	// The window (see openWindow), where it last changed, and the AckReq spacing that
 	// goes with it.
 	win      int32
@@ -102,37 +103,41 @@ func (r *requester) pktsFor(w *sendWQE) uint32 {
 	return n
 }
 
-// fill builds request packets into b until the window, the queue or b is exhausted: in
-// weak mode selective retransmissions first, then new packets. It returns true when it
-// stopped because b is full.
+// fill builds request packets into b, as the QP's ordering mode has it (sendOrder.fill),
+// unless an RNR wait holds them back; a held-back ACK rides along after them. It returns
+// true when it stopped because b is full.
 func (r *requester) fill(b *netio.SendBatch) bool {
 	q := r.q
 	if q.state != StateRTS && q.state != StateSQD {
 		return false
 	}
+	n := b.Len()
+	full := false
+	if !r.rnrWait {
+		full = r.order.fill(b)
+		r.armRTO()
+	}
 	// A held-back ACK rides along after the requests (the peer is waiting for those), if
 	// there are any.
-	defer r.piggybackAck(b, b.Len())
-	if r.rnrWait {
-		return false
-	}
-	defer r.armRTO()
-	now, full := q.mode.beforeFill(q, b)
-	defer q.mode.afterFill(q, now)
-	if full {
-		return true
-	}
-	window := q.mode.window(q)
-	size := uint64(len(q.sq))
-	for q.sqCur != q.sqHead {
-		w := &q.sq[q.sqCur%size]
-		if q.sqCur == q.sqStarted {
+	r.piggybackAck(b, n)
+	return full
+}
+
+// fillNew builds new request packets into b (and, in ordered mode, those it went back
+// to) until the window, the queue or b is exhausted, at device time now (0 if the mode
+// records no times). It returns true when it stopped because b is full.
+func (r *requester) fillNew(b *netio.SendBatch, now int64) bool {
+	q := r.q
+	window := r.order.window()
+	for q.sq.unsent() {
+		w := q.sq.current()
+		if q.sq.fresh() {
 			if q.state == StateSQD {
 				return false
 			}
 			if w.verr != 0 || (w.isReadOrAtomic() && q.attr.MaxRdAtomic == 0) {
 				// Everything before it completes first; then it fails and the QP errors.
-				if q.sqTail == q.sqCur {
+				if q.sq.atOldest() {
 					if w.verr != 0 {
 						q.errorState(StatusLocProtErr, w.verr)
 					} else {
@@ -154,17 +159,14 @@ func (r *requester) fill(b *netio.SendBatch) bool {
 			w.npkts = r.pktsFor(w)
 			r.nextPSN = r.nextPSN.Add(w.npkts)
 			r.curPSN = w.firstPSN
-			q.sqStarted++
-			q.mode.start(q, w)
+			q.sq.start()
+			r.order.start(w)
 		}
 		end := r.curPSN // last PSN the next packet covers
 		if w.op == WRRead {
 			end = r.readChunkEnd(w, r.curPSN)
 		}
-		if end.Diff(r.una) >= window {
-			return false
-		}
-		if !q.mode.admit(q, w, r.curPSN, end) {
+		if !r.order.admit(w, r.curPSN, end) {
 			return false
 		}
 		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
@@ -172,26 +174,22 @@ func (r *requester) fill(b *netio.SendBatch) bool {
 		}
 		fresh := !r.curPSN.Before(r.highPSN)
 		if fresh && w.isReadOrAtomic() && r.chunkStart(w, r.curPSN) {
-			if r.rdOut >= int(q.attr.MaxRdAtomic) {
-				return false
-			}
-			if !q.mode.readSlot(q, w, r.curPSN) {
+			if !r.order.readSlot(w, r.curPSN) {
 				return false
 			}
 			r.rdOut++
 		}
 		psn := r.curPSN
 		r.curPSN = r.buildRequest(b, w, psn, end, false)
-		q.mode.sent(q, q.sqCur, w, psn, r.curPSN, now)
+		r.order.sent(q.sq.cur, w, psn, r.curPSN, now)
 		if fresh {
 			r.highPSN = r.curPSN
 		} else {
 			q.stats.Retransmits++
 		}
 		if r.curPSN == w.lastPSN().Add(1) {
-			q.sqCur++
-			if q.sqCur != q.sqStarted {
-				r.curPSN = q.sq[q.sqCur%size].firstPSN
+			if next := q.sq.next(); next != nil {
+				r.curPSN = next.firstPSN
 			}
 		}
 	}
@@ -249,19 +247,13 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 		n = min(n, uint64(w.length)-min(off, uint64(w.length)))
 		next = end.Add(1)
 	}
-	op, ooh, hasOOH, ownVA := q.mode.format(q, w, idx, last, off, n)
+	op, ooh, hasOOH, ownVA := r.order.format(w, idx, last, off, n)
 	bth.Opcode = op
 	info := op.Info()
 	hdr := b.Alloc(info.HdrLen)
 	switch w.op {
 	case WRSend, WRSendImm, WRWrite, WRWriteImm:
 		o := wire.BTHLen
-		if info.Flags&wire.HasDETH != 0 { // a datagram: to the WQE's QP, with its Q_Key
-			bth.DestQP = w.remoteQPN
-			deth := wire.DETH{QKey: w.qkey, SrcQP: q.qpn}
-			deth.Put(hdr[o:])
-			o += wire.DETHLen
-		}
 		if info.Flags&wire.HasRETH != 0 {
 			va := w.raddr
 			if ownVA {
@@ -276,7 +268,7 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 		}
 		bth.SE = last && w.flags&FlagSolicited != 0 && w.op != WRWrite
 		r.sinceAckReq++
-		if info.Flags&wire.IsUD == 0 && (last || ackReq || r.sinceAckReq >= r.ackEvery) {
+		if last || ackReq || r.sinceAckReq >= r.ackEvery {
 			bth.AckReq = true
 			r.sinceAckReq = 0
 		}
@@ -299,47 +291,8 @@ func (r *requester) buildRequest(b *netio.SendBatch, w *sendWQE, psn, end wire.P
 	}
 	bth.PadCnt = uint8(wire.PadFor(payLen))
 	bth.Put(hdr)
-	if w.ah != nil {
-		q.emitTo(b, &w.ah.addr, &w.ah.flow, 0, hdr, pay, payLen)
-	} else {
-		q.emit(b, hdr, pay, payLen)
-	}
+	q.emit(b, hdr, pay, payLen)
 	return next
-}
-
-// weakDataOpcode returns the weak-mode opcode of a SEND or WRITE packet; the immediate
-// travels on the message's last packet.
-func weakDataOpcode(op uint8, last bool) wire.Opcode {
-	switch {
-	case op == WRSendImm && last:
-		return wire.OpWeakSendImm
-	case op == WRSend || op == WRSendImm:
-		return wire.OpWeakSend
-	case op == WRWriteImm && last:
-		return wire.OpWeakWriteImm
-	}
-	return wire.OpWeakWrite
-}
-
-func requestOpcode(op uint8, first, last bool) wire.Opcode {
-	var base wire.Opcode // FIRST, MIDDLE, LAST, LAST_IMM, ONLY, ONLY_IMM
-	if op == WRWrite || op == WRWriteImm {
-		base = wire.OpWriteFirst
-	}
-	imm := op == WRSendImm || op == WRWriteImm
-	switch {
-	case first && last && imm:
-		return base + 5
-	case first && last:
-		return base + 4
-	case first:
-		return base
-	case last && imm:
-		return base + 3
-	case last:
-		return base + 2
-	}
-	return base + 1
 }
 
 // armRTO starts the local ACK timer when requests are outstanding and it is not running.
@@ -351,7 +304,7 @@ func (r *requester) armRTO() {
 		return
 	}
 	if r.rtoAt == 0 {
-		to <<= q.mode.rtoShift()
+		to <<= r.backoff
 		r.rtoAt = q.dev.now() + int64(to)
 		q.home.timers.arm(q, r.rtoAt)
 	}
@@ -363,22 +316,8 @@ func (r *requester) restartRTO() {
 	r.armRTO()
 }
 
-// rewind makes the requester resend from psn (go-back-N).
-func (r *requester) rewind(psn wire.PSN) {
-	q := r.q
-	size := uint64(len(q.sq))
-	for i := q.sqTail; i != q.sqStarted; i++ {
-		w := &q.sq[i%size]
-		if !w.lastPSN().Before(psn) {
-			q.sqCur = i
-			if psn.Before(w.firstPSN) {
-				psn = w.firstPSN
-			}
-			r.curPSN = psn // a READ is re-requested from psn to the end of its chunk
-			r.rewound, r.rewindPSN = true, psn
-			return
-		}
-	}
-	q.sqCur = q.sqStarted
-	r.curPSN = r.nextPSN
+// lossDue reports whether a timer that declares a loss is due at now: the ACK timeout with
+// requests outstanding, or weak mode's loss probe.
+func (r *requester) lossDue(now int64) bool {
+	return (r.rtoAt != 0 && now >= r.rtoAt && r.outstanding()) || (r.probeAt != 0 && now >= r.probeAt)
 }

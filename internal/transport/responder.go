@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/binary"
-	"net/netip"
 
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/tpt"
@@ -37,21 +36,19 @@ type respResource struct {
 	compare  uint64
 }
 
-// responder is the receive side of a QP.
+// responder is the receive side of an RC QP: what both ordering modes do alike. Its mode
+// (order: orderedResponder or weakResponder) places or executes each request; the
+// responder keeps the expected PSN and the MSN, the receive WQE of a message in progress,
+// the READ and atomic resources and their responses (paced round by round), and decides
+// when ACKs and NAKs go out, in the mode's form (requestOrder.ack). It also ends the
+// connection when a request cannot be executed (respFatal).
 type responder struct {
-	q        *QP      // the QP whose requests it answers
+	q        *QP // the QP whose requests it answers
+	order    requestOrder
 	epsn     wire.PSN // expected PSN
 	msn      uint32   // message sequence number
-	sending  bool     // inside a multi-packet SEND
-	writing  bool     // inside a multi-packet WRITE
-	msgPkts  uint32   // packets of the message in progress so far
 	haveRWQE bool     // rwqe holds the receive WQE of the message in progress
 	rwqe     recvWQE
-	sendOff  uint64
-	writeMem []byte      // what is left of the WRITE's target
-	placed   bool        // the packet being handled was copied to writeMem as it was verified (QP.inputDirect)
-	writeReg *tpt.Region // the region writeMem lies in
-	writeLen uint32
 	nakSent  bool // a NAK for epsn went out; stay quiet until epsn arrives
 	// A sequence or RNR NAK generated while READ/atomic responses are still queued waits
 	// for them: responses leave in PSN order.
@@ -83,7 +80,7 @@ func (rs *responder) reset() {
 	segs, regs := rs.rwqe.segs[:0], rs.rwqe.regs[:0]
 	res := rs.res
 	clear(res)
-	*rs = responder{q: rs.q, res: res}
+	*rs = responder{q: rs.q, order: rs.order, res: res}
 	rs.rwqe.segs, rs.rwqe.regs = segs, regs
 }
 
@@ -95,294 +92,20 @@ func (rs *responder) setResources(n int) {
 
 func (rs *responder) pumping() bool { return len(rs.pend) > 0 }
 
-// abortMessage completes a receive WQE taken by a message in progress with
-// WR_FLUSH_ERR (the QP is entering ERR) and stops any responses.
-func (rs *responder) abortMessage(q *QP) {
+// abort ends what the responder was doing (the QP is entering ERR): a receive WQE taken
+// by a message in progress completes with WR_FLUSH_ERR, responses stop, and the mode drops
+// its messages in progress.
+func (rs *responder) abort() {
+	q := rs.q
 	if rs.haveRWQE {
 		q.recvCQ.push(&CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, Status: StatusWRFlushErr, Opcode: WCRecv, srq: q.srq})
 		rs.haveRWQE = false
 	}
-	rs.sending, rs.writing = false, false
 	for _, i := range rs.pend {
 		rs.res[i].queued = false
 	}
 	rs.pend = rs.pend[:0]
-}
-
-// input handles a packet for this QP (rxMu held).
-func (q *QP) input(p *wire.Packet, from netip.AddrPort, n int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return
-	}
-	switch q.state {
-	case StateRTR, StateRTS, StateSQD:
-	default:
-		q.stats.Dropped++
-		return
-	}
-	if !q.mode.acceptsFrom(q, from) {
-		q.stats.WrongSource++
-		return
-	}
-	q.stats.RxPackets++
-	q.stats.RxBytes += uint64(n)
-	if p.Info.Flags&wire.IsRequest != 0 {
-		// A request of the other ordering mode is dropped and counted, whatever its PSN,
-		// as rxe drops opcodes of another transport type: it is a late packet of the QP's
-		// previous connection, a misconfigured peer or a blind injection, and none of
-		// them may end the connection.
-		if !q.mode.accepts(p.Info.Flags) {
-			q.stats.WrongMode++
-			return
-		}
-		q.mode.request(q, p)
-		return
-	}
-	if q.state == StateRTR {
-		q.stats.Dropped++
-		return
-	}
-	q.comp.handleResponse(p)
-}
-
-// inputDirect is input for p, decoded from pkt before its ICRC was verified (see
-// queue.placeDirect), if the QP's mode says where its payload goes (mode.directTarget):
-// the ICRC is verified as the payload is copied there, then p is handled as input
-// handles it, without copying it again. It returns false, having changed nothing, if
-// the mode cannot say; true if it handled p or dropped it for its ICRC (rxMu held).
-func (q *QP) inputDirect(u *queue, flow *wire.Flow, pkt []byte, p *wire.Packet, from netip.AddrPort) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch {
-	case q.destroyed, q.state != StateRTR && q.state != StateRTS && q.state != StateSQD,
-		!q.mode.acceptsFrom(q, from), !q.mode.accepts(p.Info.Flags):
-		return false
-	}
-	dst := q.mode.directTarget(q, p)
-	if dst == nil {
-		return false
-	}
-	// The payload is a part of pkt (wire.Packet.Decode): its offset there.
-	if _, ok := u.ids.VerifyICRCCopy(flow, pkt, cap(pkt)-cap(p.Payload), dst); !ok {
-		u.rx.icrc++
-		return true
-	}
-	u.rx.direct++
-	q.stats.RxPackets++
-	q.stats.RxBytes += uint64(len(pkt))
-	q.resp.placed = true
-	q.mode.request(q, p)
-	q.resp.placed = false
-	return true
-}
-
-// directTarget returns where the payload of request p goes if p is the next packet of the
-// RDMA WRITE the responder is placing (a MIDDLE or LAST without immediate, at the
-// expected PSN, of a valid length, its region still registered, no limit queue to
-// admit it): the bytes recvWrite would copy it to. It changes nothing (its ICRC is not
-// verified yet); nil for any other packet.
-func (rs *responder) directTarget(p *wire.Packet) []byte {
-	q := rs.q
-	f := p.Info.Flags
-	if !rs.writing || q.lq != nil || p.BTH.PSN != rs.epsn ||
-		f&wire.IsWrite == 0 || f&(wire.IsFirst|wire.HasImmDt) != 0 {
-		return nil
-	}
-	n := len(p.Payload)
-	switch {
-	case n == 0 || n > len(rs.writeMem) || uint32(n) > q.mtu, rs.writeReg.Revoked():
-		return nil
-	case f&wire.IsLast == 0 && uint32(n) != q.mtu, f&wire.IsLast != 0 && n != len(rs.writeMem):
-		return nil
-	}
-	return rs.writeMem[:n]
-}
-
-// handleRequest runs the responder for one request packet.
-func (rs *responder) handleRequest(p *wire.Packet) {
-	q := rs.q
-	psn := p.BTH.PSN
-	switch d := psn.Diff(rs.epsn); {
-	case d > 0:
-		q.stats.OutOfSequence++
-		if !rs.nakSent {
-			rs.nakSent = true
-			rs.sendNak(wire.AETHNak|wire.NakPSNSeqError, rs.epsn)
-		}
-		return
-	case d < 0:
-		rs.duplicate(p)
-		return
-	}
-	rs.nakSent = false
-	f := p.Info.Flags
-	// Opcode sequence: a multi-packet SEND or WRITE continues until its LAST.
-	if rs.sending && !(f&wire.IsSend != 0 && f&wire.IsFirst == 0) ||
-		rs.writing && !(f&wire.IsWrite != 0 && f&wire.IsFirst == 0) ||
-		!rs.sending && f&wire.IsSend != 0 && f&wire.IsFirst == 0 ||
-		!rs.writing && f&wire.IsWrite != 0 && f&wire.IsFirst == 0 {
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "opcode out of sequence")
-		return
-	}
-	// Payload length: FIRST and MIDDLE carry exactly one MTU, LAST 1..MTU, ONLY 0..MTU.
-	if f&wire.HasPayload != 0 {
-		l := uint32(len(p.Payload))
-		bad := l > q.mtu
-		if f&(wire.IsFirst|wire.IsLast) != wire.IsFirst|wire.IsLast {
-			if f&wire.IsLast == 0 {
-				bad = bad || l != q.mtu
-			} else {
-				bad = bad || l == 0
-			}
-		}
-		if bad {
-			rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "packet payload length invalid for its opcode")
-			return
-		}
-	}
-	if q.lq != nil && f&(wire.IsSend|wire.IsWrite) != 0 {
-		var add [NumLimits]uint32
-		add[LimitInOrderSegs] = 1
-		if f&wire.IsFirst != 0 {
-			add[LimitInOrderMsgs] = 1
-		}
-		if q.srq && (f&wire.IsSend != 0 && f&wire.IsFirst != 0 || f&wire.HasImmDt != 0 && f&wire.IsWrite != 0) {
-			add[LimitSRQHeld] = 1
-		}
-		if !q.admit(psn, &add, f&wire.IsSend != 0 || f&(wire.IsWrite|wire.HasImmDt) == wire.IsWrite|wire.HasImmDt) {
-			return
-		}
-	}
-	if f&wire.IsFirst != 0 {
-		rs.msgPkts = 0
-	}
-	rs.msgPkts++
-	switch {
-	case f&wire.IsSend != 0:
-		rs.recvSend(p)
-	case f&wire.IsWrite != 0:
-		rs.recvWrite(p)
-	case f&wire.IsRead != 0:
-		rs.recvRead(p)
-	case f&wire.IsAtomic != 0:
-		rs.recvAtomic(p)
-	}
-}
-
-func (rs *responder) recvSend(p *wire.Packet) {
-	q := rs.q
-	f := p.Info.Flags
-	if f&wire.HasIETH != 0 {
-		// SEND with Invalidate needs memory windows or fast-registered regions, which
-		// softrnic does not have.
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorOpcodeOrder, "SEND with invalidate is not supported")
-		return
-	}
-	if f&wire.IsFirst != 0 {
-		if !q.rq.pop(&rs.rwqe) {
-			q.sendRNR(rs.epsn)
-			return
-		}
-		if q.srq {
-			q.srqTaken++
-		}
-		rs.haveRWQE = true
-		rs.sendOff = 0
-		if rs.rwqe.verr != 0 {
-			rs.respFatal(wire.NakRemoteOpError, StatusLocProtErr, rs.rwqe.verr, "receive WQE has an invalid local key")
-			return
-		}
-	}
-	if rs.sendOff+uint64(len(p.Payload)) > rs.rwqe.length {
-		rs.respFatal(wire.NakInvalidRequest, StatusLocLenErr, VendorLength, "message longer than the receive buffer")
-		return
-	}
-	if rs.rwqe.revoked() {
-		rs.respFatal(wire.NakRemoteOpError, StatusLocProtErr, VendorRevoked, "receive buffer deregistered during the message")
-		return
-	}
-	scatter(rs.rwqe.segs, rs.sendOff, p.Payload)
-	rs.sendOff += uint64(len(p.Payload))
-	rs.epsn = rs.epsn.Add(1)
-	if f&wire.IsLast != 0 {
-		e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: uint32(rs.sendOff),
-			Opcode: WCRecv, solicited: p.BTH.SE, srq: q.srq}
-		if f&wire.HasImmDt != 0 {
-			e.Imm, e.Flags = p.Imm, WCFlagWithImm
-		}
-		rs.haveRWQE, rs.sending = false, false
-		clear(rs.rwqe.segs)
-		clear(rs.rwqe.regs)
-		rs.msn = (rs.msn + 1) & wire.PSNMask
-		q.recvCQ.push(&e)
-	} else {
-		rs.sending = true
-	}
-	rs.requestAck(p)
-}
-
-func (rs *responder) recvWrite(p *wire.Packet) {
-	q := rs.q
-	f := p.Info.Flags
-	if f&wire.IsFirst != 0 {
-		reth := &p.RETH
-		if reth.DMALen > MaxMessage {
-			rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE longer than 2^31 bytes")
-			return
-		}
-		mem, reg, ok := rs.remoteMem(tpt.RemoteWrite, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA WRITE")
-		if !ok {
-			return
-		}
-		// ONLY carries the whole message; FIRST one MTU of a longer one.
-		if f&wire.IsLast != 0 && uint32(len(p.Payload)) != reth.DMALen ||
-			f&wire.IsLast == 0 && reth.DMALen <= q.mtu {
-			rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE length does not match its DMA length")
-			return
-		}
-		rs.writeMem, rs.writeReg, rs.writeLen = mem, reg, reth.DMALen
-	} else if rs.writeReg.Revoked() {
-		rs.revoked(rs.epsn, "RDMA WRITE target deregistered during the message")
-		return
-	}
-	if len(p.Payload) > len(rs.writeMem) || f&wire.IsLast != 0 && len(p.Payload) != len(rs.writeMem) {
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA WRITE payload does not match its DMA length")
-		return
-	}
-	if f&wire.HasImmDt != 0 && !rs.haveRWQE {
-		// The immediate consumes a receive WQE; without one, nothing of this packet is placed.
-		if !q.rq.pop(&rs.rwqe) {
-			q.sendRNR(rs.epsn)
-			return
-		}
-		if q.srq {
-			q.srqTaken++
-		}
-		rs.haveRWQE = true
-	}
-	if !rs.placed { // else inputDirect copied it as it verified the ICRC
-		copy(rs.writeMem, p.Payload)
-	}
-	rs.writeMem = rs.writeMem[len(p.Payload):]
-	rs.epsn = rs.epsn.Add(1)
-	if f&wire.IsLast != 0 {
-		rs.writing = false
-		rs.writeMem, rs.writeReg = nil, nil
-		rs.msn = (rs.msn + 1) & wire.PSNMask
-		if f&wire.HasImmDt != 0 {
-			e := CQE{WRID: rs.rwqe.wrID, QPN: q.qpn, SrcQP: q.attr.DestQPN, ByteLen: rs.writeLen,
-				Opcode: WCRecvRDMAImm, Imm: p.Imm, Flags: WCFlagWithImm, solicited: p.BTH.SE, srq: q.srq}
-			rs.haveRWQE = false
-			clear(rs.rwqe.segs)
-			clear(rs.rwqe.regs)
-			q.recvCQ.push(&e)
-		}
-	} else {
-		rs.writing = true
-	}
-	rs.requestAck(p)
+	rs.order.abort()
 }
 
 // remoteMem checks a remote access of n bytes at va with rkey: the QP must allow the
@@ -427,47 +150,6 @@ func (rs *responder) addResource(r respResource, npkts uint32) {
 	rs.epsn = r.firstPSN.Add(npkts)
 	rs.ackPending = false
 	rs.queueResource(i)
-}
-
-func (rs *responder) recvRead(p *wire.Packet) {
-	q := rs.q
-	reth := &p.RETH
-	if reth.DMALen > MaxMessage {
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorLength, "RDMA READ longer than 2^31 bytes")
-		return
-	}
-	mem, reg, ok := rs.remoteMem(tpt.RemoteRead, reth.RKey, reth.VA, uint64(reth.DMALen), "RDMA READ")
-	if !ok {
-		return
-	}
-	if len(rs.res) == 0 {
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "RDMA READ with max_dest_rd_atomic 0")
-		return
-	}
-	npkts := packetsFor(reth.DMALen, q.mtu)
-	psn := p.BTH.PSN
-	last := psn.Add(npkts - 1)
-	rs.addResource(respResource{kind: resRead, firstPSN: psn, lastPSN: last, start: psn, next: psn, stop: last, mem: mem, reg: reg}, npkts)
-}
-
-func (rs *responder) recvAtomic(p *wire.Packet) {
-	q := rs.q
-	at := &p.Atomic
-	mem, _, ok := rs.remoteMem(tpt.RemoteAtomic, at.RKey, at.VA, 8, "atomics")
-	if !ok {
-		return
-	}
-	if len(rs.res) == 0 {
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorNone, "atomic with max_dest_rd_atomic 0")
-		return
-	}
-	if at.VA%8 != 0 {
-		rs.respFatal(wire.NakInvalidRequest, StatusRemInvReqErr, VendorBounds, "atomic target not 8-byte aligned")
-		return
-	}
-	orig := q.dev.executeAtomic(mem, p.BTH.Opcode == wire.OpFetchAdd, at.SwapAdd, at.Compare)
-	psn := p.BTH.PSN
-	rs.addResource(respResource{kind: resAtomic, firstPSN: psn, lastPSN: psn, start: psn, next: psn, stop: psn, orig: orig}, 1)
 }
 
 // allocResource takes the next slot of the resource ring and returns its index.
@@ -520,38 +202,6 @@ func (d *Device) executeAtomic(mem []byte, fetchAdd bool, swapAdd, compare uint6
 	}
 	binary.NativeEndian.PutUint64(mem, v)
 	return orig
-}
-
-// duplicate answers a request the responder already executed: SEND and WRITE get the
-// latest ACK again, READ and atomics are answered from the resource ring (atomics are
-// never executed twice).
-func (rs *responder) duplicate(p *wire.Packet) {
-	q := rs.q
-	q.stats.Duplicates++
-	psn := p.BTH.PSN
-	switch p.BTH.Opcode {
-	case wire.OpReadRequest, wire.OpCompareSwap, wire.OpFetchAdd:
-		kind := resRead
-		if p.BTH.Opcode != wire.OpReadRequest {
-			kind = resAtomic
-		}
-		for i := range rs.res {
-			r := &rs.res[i]
-			if r.kind != kind || psn.Before(r.firstPSN) || r.lastPSN.Before(psn) {
-				continue
-			}
-			if kind == resAtomic && psn != r.firstPSN {
-				continue
-			}
-			r.start, r.next, r.stop, r.replay = psn, psn, r.lastPSN, true
-			rs.queueResource(i)
-			return
-		}
-		// Not remembered any more (the requester exceeded max_dest_rd_atomic): drop.
-	default:
-		rs.requestAck(p)
-		rs.ackPending = true
-	}
 }
 
 // requestAck notes that the packet asked for an acknowledgement. ACKs are coalesced to
@@ -695,9 +345,9 @@ func (rs *responder) sendNak(syn uint8, psn wire.PSN) {
 	rs.sendAETH(q.home.rxOut, syn, psn)
 }
 
+// sendAETH adds an ACK, NAK or RNR NAK (syndrome syn) for psn to b, in the mode's form.
 func (rs *responder) sendAETH(b *netio.SendBatch, syn uint8, psn wire.PSN) {
-	q := rs.q
-	q.mode.ack(q, b, syn, psn)
+	rs.order.ack(b, syn, psn)
 }
 
 // respFatal handles a request the responder cannot execute: it NAKs it, completes the

@@ -9,28 +9,29 @@ import "github.com/softrnic/softrnic/internal/wire"
 // finds the wait over, the requester sends again from the refused PSN (endRNRWait).
 
 // sendRNR refuses the packet at psn for lack of a receive WQE.
-func (q *QP) sendRNR(psn wire.PSN) {
-	q.sendRNRTimer(psn, q.attr.MinRNRTimer)
+func (rs *responder) sendRNR(psn wire.PSN) {
+	rs.sendRNRTimer(psn, rs.q.attr.MinRNRTimer)
 }
 
 // sendRNRTimer refuses the packet at psn with an RNR NAK asking the requester to wait the
 // timer with the given code.
-func (q *QP) sendRNRTimer(psn wire.PSN, code uint8) {
-	q.resp.nakSent = true // later packets of the burst are dropped quietly
-	q.resp.sendNak(wire.AETHRNR|code&0x1F, psn)
+func (rs *responder) sendRNRTimer(psn wire.PSN, code uint8) {
+	rs.nakSent = true // later packets of the burst are dropped quietly
+	rs.sendNak(wire.AETHRNR|code&0x1F, psn)
 }
 
 // startRNRWait handles an RNR NAK (syndrome syn) in either mode: it uses an RNR retry (or fails
 // the QP with RNR_RETRY_EXC_ERR when none is left; rnr_retry 7 is infinite) and waits the
 // timer the NAK asks for before sending again from psn.
-func (q *QP) startRNRWait(psn wire.PSN, syn uint8) {
+func (c *completer) startRNRWait(psn wire.PSN, syn uint8) {
+	q := c.q
 	r := &q.req
-	if r.rnrLeft == 0 {
+	if c.rnrLeft == 0 {
 		q.errorState(StatusRNRRetryExcErr, VendorRNRTimer)
 		return
 	}
-	if r.rnrLeft != 7 {
-		r.rnrLeft--
+	if c.rnrLeft != 7 {
+		c.rnrLeft--
 	}
 	r.rnrWait, r.rnrPSN = true, psn
 	r.rnrUntil = q.dev.now() + int64(wire.RNRTimer(wire.AETHValue(syn)))
@@ -41,14 +42,14 @@ func (q *QP) startRNRWait(psn wire.PSN, syn uint8) {
 // endRNRWait ends the RNR wait if its time has come (now, device time), making the
 // requester send again from the refused PSN; it re-arms the QP's timer otherwise. It
 // reports whether the requester has packets to send.
-func (q *QP) endRNRWait(now int64) bool {
-	r := &q.req
+func (r *requester) endRNRWait(now int64) bool {
+	q := r.q
 	if now < r.rnrUntil {
 		q.home.timers.arm(q, r.rnrUntil)
 		return false
 	}
 	r.rnrWait = false
-	q.mode.resend(q, r.rnrPSN, false)
+	r.recover.resend(r.rnrPSN, false)
 	r.rtoAt = 0
 	return true
 }

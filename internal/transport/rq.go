@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/softrnic/softrnic/internal/lockrank"
 	"github.com/softrnic/softrnic/internal/tpt"
 )
 
@@ -46,7 +47,7 @@ type RecvQueue struct {
 
 // NewRecvQueue creates a receive queue with room for n WQEs of up to maxSGE elements.
 func (d *Device) NewRecvQueue(pd uint32, n, maxSGE int, shared bool) *RecvQueue {
-	q := &RecvQueue{dev: d, ring: make([]recvWQE, n), maxSGE: maxSGE, pd: pd, shared: shared, mu: mutex{rank: rankRecvQ}}
+	q := &RecvQueue{dev: d, ring: make([]recvWQE, n), maxSGE: maxSGE, pd: pd, shared: shared, mu: mutex{Rank: lockrank.RecvQ}}
 	for i := range q.ring {
 		q.ring[i].segs = make([][]byte, 0, maxSGE)
 		q.ring[i].regs = make([]*tpt.Region, 0, maxSGE)

@@ -72,7 +72,7 @@ func (q *QP) Stats() Stats {
 
 func (q *QP) statsLocked() Stats {
 	s := q.stats
-	opened, closed := q.mode.holeCounts()
+	opened, closed := q.weak.holeCounts()
 	s.HolesOpened += opened
 	s.HolesClosed += closed
 	return s

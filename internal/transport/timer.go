@@ -3,6 +3,8 @@ package transport
 import (
 	"container/heap"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/lockrank"
 )
 
 // timerQueue is the device's one timer: a heap of QPs ordered by their next deadline
@@ -51,7 +53,7 @@ func (h *qpHeap) Pop() any {
 
 func (t *timerQueue) init(u *queue) {
 	t.u = u
-	t.mu.rank = rankTimers
+	t.mu.Rank = lockrank.Timers
 	t.wake = make(chan struct{}, 1)
 	t.done = make(chan struct{})
 }
@@ -139,8 +141,7 @@ func (t *timerQueue) lossDue(due []*QP) bool {
 	now := t.u.d.now()
 	for _, q := range due {
 		q.mu.Lock()
-		r := &q.req
-		loss := !q.destroyed && ((r.rtoAt != 0 && now >= r.rtoAt && r.outstanding()) || q.mode.probeDue(now))
+		loss := !q.destroyed && q.req.lossDue(now)
 		q.mu.Unlock()
 		if loss {
 			return true
@@ -184,22 +185,24 @@ func (q *QP) onTimer() {
 		return
 	}
 	r := &q.req
-	kick := q.mode.onTimer(q, now)
+	kick := false
+	if r.probeAt != 0 && !r.rnrWait { // weak mode's loss probe
+		if now < r.probeAt {
+			q.home.timers.arm(q, r.probeAt)
+		} else {
+			kick = r.recover.probe(now)
+		}
+	}
 	if r.rnrWait {
-		kick = q.endRNRWait(now) || kick
+		kick = r.endRNRWait(now) || kick
 	} else if r.rtoAt != 0 {
 		if !r.outstanding() {
 			r.rtoAt = 0
 		} else if now >= r.rtoAt {
-			q.stats.Timeouts++
-			if r.retryLeft == 0 {
-				q.errorState(StatusRetryExcErr, VendorRetryTimer)
-				q.mu.Unlock()
+			if !q.comp.timeout() {
+				q.mu.Unlock() // the QP failed
 				return
 			}
-			r.retryLeft--
-			q.mode.resend(q, r.una, true)
-			r.rtoAt = 0
 			kick = true
 		} else {
 			q.home.timers.arm(q, r.rtoAt)

@@ -65,13 +65,13 @@ func (q *QP) pushTxUnlock() {
 	b := d.getBatch()
 	for {
 		q.txPending = false
-		full := q.req.fill(b)
+		full := q.svc.fill(b)
 		q.mu.Unlock()
 		if b.Len() > 0 {
 			_ = d.conn.Send(b)
 		}
 		q.mu.Lock()
-		q.mode.transmitted(q)
+		q.svc.transmitted()
 		if !full && !q.txPending {
 			break
 		}

@@ -7,41 +7,60 @@ import (
 	"net/netip"
 
 	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
-// ud is the unreliable-datagram service: every message is one packet (at most the MTU)
-// to the QP and address its work request names, carrying a DETH with the Q_Key; nothing
-// acknowledges it, so a send completes once it was handed to the socket, and a datagram
-// that finds no receive WQE, or the wrong Q_Key, is dropped and counted. A receive buffer
-// starts with the 40-byte GRH area (the IP header of the datagram, as libibverbs gives
-// it for RoCEv2), then the payload.
-type ud struct{}
+// udService is the unreliable-datagram service: every message is one packet (at most the
+// MTU) to the QP and address its work request names, carrying a DETH with the Q_Key;
+// nothing acknowledges it, so a send completes once it was handed to the socket, and a
+// datagram that finds no receive WQE, or the wrong Q_Key, is dropped and counted. A
+// receive buffer starts with the 40-byte GRH area (the IP header of the datagram, as
+// libibverbs gives it for RoCEv2), then the payload. It has none of RC's roles: it sends
+// what is posted as it comes, and places what arrives.
+type udService struct {
+	q       *QP
+	nextPSN wire.PSN // PSN of the next datagram
+	sentPSN wire.PSN // one past the PSN of the last datagram built
+	rwqe    recvWQE  // the receive WQE of the datagram being placed
+}
 
 // GRHLen is the size of the GRH area at the start of a UD receive buffer.
 const GRHLen = 40
 
-func (ud) weak() bool { return false }
+func newUDService(q *QP) *udService {
+	u := &udService{q: q}
+	u.rwqe.segs = make([][]byte, 0, 4)
+	u.rwqe.regs = make([]*tpt.Region, 0, 4)
+	return u
+}
 
-// Responder.
+// from: datagrams come from anyone.
+func (*udService) from(netip.AddrPort) bool { return true }
 
-func (ud) acceptsFrom(*QP, netip.AddrPort) bool       { return true }
-func (ud) accepts(f uint32) bool                      { return f&wire.IsUD != 0 }
-func (ud) ack(*QP, *netio.SendBatch, uint8, wire.PSN) {}
-func (ud) usage(*QP) (u [NumLimits]uint32)            { return u }
-func (ud) flushTaken(*QP)                             {}
-func (ud) response(q *QP, _ *wire.Packet)             { q.stats.WrongMode++ } // nothing answers a datagram
+// response: nothing answers a datagram. (A response is counted as an RC QP counts one: a
+// PSN never sent is dropped, any other is of the wrong service.)
+func (u *udService) response(p *wire.Packet) {
+	if !p.BTH.PSN.Before(u.sentPSN) {
+		u.q.stats.Dropped++
+		return
+	}
+	u.q.stats.WrongMode++
+}
 
 // request receives a datagram: Q_Key check, one receive WQE, GRH and payload placed, a
 // completion that names the sender's QP.
-func (ud) directTarget(*QP, *wire.Packet) []byte { return nil }
-func (ud) request(q *QP, p *wire.Packet) {
+func (u *udService) request(p *wire.Packet) {
+	q := u.q
+	if p.Info.Flags&wire.IsUD == 0 {
+		q.stats.WrongMode++ // an RC request (see rc.request)
+		return
+	}
 	if p.DETH.QKey != q.attr.QKey {
 		q.stats.QKeyErrors++
 		return
 	}
-	rs := &q.resp
-	w := &rs.rwqe
+	w := &u.rwqe
 	if !q.rq.pop(w) {
 		q.stats.Dropped++ // no receive WQE: a datagram is not retried
 		return
@@ -132,12 +151,12 @@ func GRHSource(grh []byte) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// Requester.
-
-// errUDOp and friends say why a UD work request was refused.
+// errUDNoAH says why a UD work request without an address handle was refused.
 var errUDNoAH = errors.New("a UD work request needs an address handle")
 
-func (ud) checkPost(q *QP, op uint8, hasAH bool, remoteQPN uint32, length uint64) error {
+// checkPost: SEND only, to an address handle and a 24-bit QP number, in one packet.
+func (u *udService) checkPost(op uint8, hasAH bool, remoteQPN uint32, length uint64) error {
+	q := u.q
 	switch {
 	case op != WRSend && op != WRSendImm:
 		return fmt.Errorf("opcode %d is not supported on a UD QP (SEND and SEND with immediate are)", op)
@@ -151,33 +170,71 @@ func (ud) checkPost(q *QP, op uint8, hasAH bool, remoteQPN uint32, length uint64
 	return nil
 }
 
-func (ud) startRequester(*QP, wire.PSN)                   {}
-func (ud) window(*QP) int32                               { return 1 << 22 }
-func (ud) beforeFill(*QP, *netio.SendBatch) (int64, bool) { return 0, false }
-func (ud) afterFill(*QP, int64)                           {}
-func (ud) start(*QP, *sendWQE)                            {}
-func (ud) admit(*QP, *sendWQE, wire.PSN, wire.PSN) bool   { return true }
-func (ud) readSlot(*QP, *sendWQE, wire.PSN) bool          { return true }
-func (ud) rtoShift() uint8                                { return 0 }
-func (ud) onTimer(*QP, int64) bool                        { return false }
-func (ud) probeDue(int64) bool                            { return false }
-func (ud) resend(*QP, wire.PSN, bool)                     {}
-func (ud) holeCounts() (opened, closed uint64)            { return 0, 0 }
-func (ud) holes() Holes                                   { return Holes{} }
+// begin: the first datagram's PSN (each datagram takes the next).
+func (u *udService) begin(psn wire.PSN) { u.nextPSN, u.sentPSN = psn, psn }
 
-func (ud) format(_ *QP, w *sendWQE, _ uint32, _ bool, _, _ uint64) (wire.Opcode, wire.OOH, bool, bool) {
-	if w.op == WRSendImm {
-		return wire.OpUDSendOnlyImm, wire.OOH{}, false, false
+// fill builds a datagram for each WQE posted, in order, into b. A WQE that failed its
+// local checks at post time fails the QP once the datagrams before it have completed; in
+// SQD no new WQE starts.
+func (u *udService) fill(b *netio.SendBatch) bool {
+	q := u.q
+	if q.state != StateRTS && q.state != StateSQD {
+		return false
 	}
-	return wire.OpUDSendOnly, wire.OOH{}, false, false
+	for q.sq.unsent() {
+		w := q.sq.current()
+		if q.sq.fresh() {
+			if q.state == StateSQD {
+				return false
+			}
+			if w.verr != 0 {
+				if q.sq.atOldest() {
+					q.errorState(StatusLocProtErr, w.verr)
+				}
+				return false
+			}
+			w.firstPSN, w.npkts = u.nextPSN, 1
+			u.nextPSN = u.nextPSN.Add(1)
+			q.sq.start()
+		}
+		if !b.Room(maxPieces+2, wire.MaxHeaderLen+wire.OOHLen+16) {
+			return true
+		}
+		u.build(b, w)
+		u.sentPSN = w.firstPSN.Add(1)
+		q.sq.next()
+	}
+	return false
 }
 
-// sent: nothing will acknowledge the datagram, so its PSN is done at once.
-func (ud) sent(q *QP, _ uint64, _ *sendWQE, _, next wire.PSN, _ int64) { q.req.una = next }
+// build emits w's datagram into b: BTH, DETH (the Q_Key and this QP), the immediate if
+// any, the payload, to the address handle's destination.
+func (u *udService) build(b *netio.SendBatch, w *sendWQE) {
+	q := u.q
+	bth := wire.BTH{Opcode: wire.OpUDSendOnly, PKey: wire.DefaultPKey, DestQP: w.remoteQPN, PSN: w.firstPSN,
+		SE: w.flags&FlagSolicited != 0}
+	if w.op == WRSendImm {
+		bth.Opcode = wire.OpUDSendOnlyImm
+	}
+	info := bth.Opcode.Info()
+	hdr := b.Alloc(info.HdrLen)
+	deth := wire.DETH{QKey: w.qkey, SrcQP: q.qpn}
+	deth.Put(hdr[wire.BTHLen:])
+	if info.Flags&wire.HasImmDt != 0 {
+		binary.BigEndian.PutUint32(hdr[wire.BTHLen+wire.DETHLen:], w.imm)
+	}
+	var pieces [maxPieces][]byte
+	n := int(w.length) // at most the MTU (checkPost)
+	pay := gather(w.segs, 0, n, pieces[:0])
+	bth.PadCnt = uint8(wire.PadFor(n))
+	bth.Put(hdr)
+	q.emitTo(b, &w.ah.addr, &w.ah.flow, 0, hdr, pay, n)
+}
 
 // transmitted completes the sends handed to the socket, in order.
-func (ud) transmitted(q *QP) {
-	for q.sqTail != q.sqCur {
-		q.comp.completeSend(&q.sq[q.sqTail%uint64(len(q.sq))])
+func (u *udService) transmitted() {
+	q := u.q
+	for q.sq.sentUncompleted() {
+		q.comp.completeSend(q.sq.oldest())
 	}
 }

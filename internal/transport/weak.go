@@ -35,100 +35,55 @@ const (
 	kindAtomicDone holes.Kind = 2 // an atomic work request, answered
 )
 
-// psnMeta is what the requester knows about one PSN in flight.
-type psnMeta struct {
-	sentAt int64  // device time of its last (re)transmission or of its READ request
-	seq    uint32 // transmission number of its last (re)transmission or of its READ request
-	wqe    uint32 // low bits of the index of the WQE it belongs to
-	resp   bool   // completed by a response (READ, atomic), not by an acknowledgement
-	queued bool   // on the retransmission list
-	retx   bool   // sent more than once (no round-trip sample from it)
-}
-
-// weakMsg is a message that consumes a receive WQE, while its packets arrive.
-type weakMsg struct {
-	valid  bool
-	rsn    wire.PSN
-	first  wire.PSN // the message's first PSN
-	npk    uint32   // packets
-	got    uint32   // packets placed
-	length uint32
-	imm    uint32
-	hasImm bool
-	se     bool
-	write  bool // WRITE with immediate
-	wqe    recvWQE
-}
-
-// weakState is a weakly-ordered QP's bookkeeping, both directions.
+// weakState is a weakly-ordered QP's roles, each owning its state: made when the QP
+// enters RTR in weak mode (QP.setOrdering) and dropped at RESET. The requester and completer
+// share what was sent and what came back through the pointers they hold to each other;
+// all three work with the QP's own roles (requester, completer, responder) for what both
+// modes do alike.
 type weakState struct {
-	span    uint32
-	reorder int32
-
-	// Requester.
-	done     *holes.Tracker // PSNs acknowledged or answered; Base is una
-	meta     []psnMeta      // by PSN & (span-1)
-	txSeq    uint32         // transmissions so far
-	inflight uint32         // PSNs sent and not yet acknowledged or answered
-	ackedSeq uint32         // highest transmission number found acknowledged or answered
-	lost     []wire.PSN     // PSNs to retransmit (entries whose meta is no longer queued are stale)
-	backoff  uint8          // retransmission timer doublings since the last progress
-	probeAt  int64          // loss probe deadline (0: not armed)
-	probeBo  uint8          // loss probe doublings since the last progress
-	probe    int64          // minimum loss probe interval
-	srtt     int64          // smoothed round trip (ns), from first transmissions only
-	rttvar   int64
-	sample   int64 // round trip measured by the packet being processed (0: none)
-	nextRSN  wire.PSN
-	nextRdSN wire.PSN
-	// rdBase is the oldest read sequence number (READ request or atomic) not yet
-	// complete; rdDone marks those after it that are, by sequence number & (len-1).
-	// A new one may go out only within max_rd_atomic of rdBase: the responder keeps its
-	// resource in slot seq % max_dest_rd_atomic, and in weak mode requests complete out of
-	// order, so a count of outstanding ones is not enough — a later request would take the
-	// slot of an older one whose lost responses are still to be asked for again.
-	rdBase wire.PSN
-	rdDone [256]bool
-
-	// Responder.
-	arrived *holes.Tracker // request PSNs arrived; Base is the expected PSN
-	highTx  uint32         // highest transmission number received (echoed in SACKs)
-	msgs    []weakMsg      // by receive sequence number & (span-1)
-	rsnBase wire.PSN       // receive sequence number of the next receive WQE to consume
-	inMsgs  uint32         // messages with a receive WQE in progress (not all packets placed)
-	inSegs  uint32         // their packets placed
-	// rnrQuiet: an RNR NAK went out for rnrPSN and no message has bound a receive WQE
-	// since; packets refused meanwhile get no NAK of their own (the requester resends after
-	// the one wait; a NAK per packet, arriving after that wait, would each cost a retry).
-	rnrQuiet bool
-	rnrPSN   wire.PSN
-
-	items  []holes.Item  // scratch
-	ranges [][2]wire.PSN // scratch
+	req  weakRequester
+	comp weakCompleter
+	resp weakResponder
 }
 
-func newWeakState(q *QP, span uint32, epsn wire.PSN) *weakState {
-	ws := &weakState{
-		reorder: int32(q.dev.cfg.ReorderThreshold),
-		probe:   int64(q.dev.cfg.LossProbe),
-		arrived: holes.New(epsn, span),
-		done:    holes.New(0, span),
-	}
-	ws.span = ws.arrived.Span()
-	ws.meta = make([]psnMeta, ws.span)
-	ws.msgs = make([]weakMsg, ws.span)
+// newWeakState makes the state of a QP entering RTR in weak mode with a hole span of
+// maxHole PSNs, expecting request PSN epsn.
+func newWeakState(q *QP, maxHole uint32, epsn wire.PSN) *weakState {
+	ws := &weakState{}
+	ws.resp.init(q, epsn, maxHole)
+	ws.req.init(q, &ws.comp, ws.resp.span)
+	ws.comp.init(q, &ws.req, maxHole)
 	return ws
 }
 
-// Responder.
-
-// The mode seam (see mode.go).
-
-func (*weakState) weak() bool { return true }
+// holes returns the open holes of both directions (none without weak state).
 func (ws *weakState) holes() Holes {
-	return Holes{Responder: ws.arrived.Holes(nil), Requester: ws.done.Holes(nil)}
+	if ws == nil {
+		return Holes{}
+	}
+	return Holes{Responder: ws.resp.arrived.Holes(nil), Requester: ws.comp.done.Holes(nil)}
 }
 
+// holeCounts returns the holes opened and closed so far in both directions (zero without
+// weak state).
 func (ws *weakState) holeCounts() (opened, closed uint64) {
-	return ws.arrived.Opened + ws.done.Opened, ws.arrived.Closed + ws.done.Closed
+	if ws == nil {
+		return 0, 0
+	}
+	return ws.resp.arrived.Opened + ws.comp.done.Opened, ws.resp.arrived.Closed + ws.comp.done.Closed
+}
+
+// Holes reports a weakly-ordered QP's open holes: in the request PSNs it receives, with
+// what completed beyond each, and in the PSNs of its own requests not yet acknowledged or
+// answered. Both are empty in ordered mode.
+type Holes struct {
+	Responder []holes.Hole // counts by kind: 0 receive completions, 1 READ requests held, 2 atomics held
+	Requester []holes.Hole // counts by kind: 0 SEND/WRITE acknowledged, 1 READ answered, 2 atomics answered
+}
+
+// Holes returns the QP's open holes.
+func (q *QP) Holes() Holes {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.weak.holes()
 }

@@ -221,7 +221,7 @@ func TestWeakTwoHolesDuplicateBeyond(t *testing.T) {
 		}
 		buf[2*64] = 'c'
 		// Beyond the span.
-		span := rg.b.qp.weak.span
+		span := rg.b.qp.weak.resp.span
 		rg.deliver(rg.b, rg.a, rg.send1(span+1, 5, []byte{'z'}))
 		if rg.b.qp.Stats().BeyondSpan != 1 {
 			t.Fatal("packet beyond the span not counted")

@@ -64,7 +64,7 @@ func TestWeakRecvSeqSwapped(t *testing.T) {
 func arrivedCheck(q *QP) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.weak.arrived.Check()
+	return q.weak.resp.arrived.Check()
 }
 
 // The packets of one weak SEND disagree about where the message starts: its second

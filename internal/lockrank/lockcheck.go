@@ -1,6 +1,6 @@
 //go:build lockcheck
 
-package transport
+package lockrank
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 
 var held struct {
 	mu sync.Mutex
-	by map[uint64][]*mutex
+	by map[uint64][]*Mutex
 }
 
 func goid() uint64 {
@@ -27,27 +27,27 @@ func goid() uint64 {
 	return id
 }
 
-func (m *mutex) check(g uint64) {
+func (m *Mutex) check(g uint64) {
 	held.mu.Lock()
 	defer held.mu.Unlock()
 	for _, h := range held.by[g] {
-		if m.rank == 0 || h.rank >= m.rank {
-			panic(fmt.Sprintf("transport: lock order violated: %v (rank %d) taken while holding %v (rank %d)", m.rank, m.rank, h.rank, h.rank))
+		if m.Rank == 0 || h.Rank >= m.Rank {
+			panic(fmt.Sprintf("lockrank: lock order violated: %v (rank %d) taken while holding %v (rank %d)", m.Rank, m.Rank, h.Rank, h.Rank))
 		}
 	}
 }
 
-func (m *mutex) note(g uint64) {
+func (m *Mutex) note(g uint64) {
 	held.mu.Lock()
 	if held.by == nil {
-		held.by = map[uint64][]*mutex{}
+		held.by = map[uint64][]*Mutex{}
 	}
 	held.by[g] = append(held.by[g], m)
 	held.mu.Unlock()
 }
 
 // Lock checks the order, then locks.
-func (m *mutex) Lock() {
+func (m *Mutex) Lock() {
 	g := goid()
 	m.check(g)
 	m.Mutex.Lock()
@@ -55,7 +55,7 @@ func (m *mutex) Lock() {
 }
 
 // TryLock may take any lock (it cannot wait, so it cannot deadlock).
-func (m *mutex) TryLock() bool {
+func (m *Mutex) TryLock() bool {
 	if !m.Mutex.TryLock() {
 		return false
 	}
@@ -64,7 +64,7 @@ func (m *mutex) TryLock() bool {
 }
 
 // Unlock forgets the lock for the goroutine that unlocks it.
-func (m *mutex) Unlock() {
+func (m *Mutex) Unlock() {
 	g := goid()
 	held.mu.Lock()
 	s := held.by[g]
