@@ -83,6 +83,10 @@ type Device struct {
 	v4    bool
 	tap   *tap // its writer is nil when the device has no tap
 	epoch time.Time
+	// ackDelay is how long (ns) a receive path polled by a consumer holds an ACK back for
+	// it to ride along with the consumer's next send (defaultAckDelay; tests that must
+	// see an ACK held lengthen it).
+	ackDelay atomic.Int64
 
 	mrs *tpt.Table
 
@@ -259,6 +263,7 @@ func Open(cfg Config) (*Device, error) {
 		qpSet:   make(map[*QP]struct{}),
 		qpns:    ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
+	d.ackDelay.Store(int64(defaultAckDelay))
 	d.qpMu.Rank, d.atomicMu.Rank = lockrank.QPTable, lockrank.Atomic
 	d.batches.init()
 	if d.acks = cfg.AckGroup; d.acks == nil {

@@ -3,6 +3,7 @@ package transport
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/softrnic/softrnic/internal/netio"
 	"github.com/softrnic/softrnic/internal/wire"
@@ -48,13 +49,15 @@ func TestHeldAckSentOnTeardown(t *testing.T) {
 			must(t, err)
 
 			// a's SEND, received by b's receive path as a polling consumer runs it: the
-			// ACK is held back. Its deadline is moved out of reach so that only the
-			// teardown can send it.
+			// ACK is held back.
 			fl := wiretest.Flow(a.d.LocalAddr(), b.d.LocalAddr())
 			pkt := wiretest.Build(&fl, wire.BTH{Opcode: wire.OpSendOnly, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(),
 				PSN: psnA, AckReq: true}, nil, []byte("last"))
 			u := b.d.q0()
 			u.rxMu.Lock()
+			// The ACK is held back out of the timer's reach, so that only the teardown
+			// can send it.
+			b.d.ackDelay.Store(int64(time.Hour))
 			u.polling = true
 			u.input(pkt, a.d.LocalAddr())
 			u.finishBatch()
@@ -62,7 +65,6 @@ func TestHeldAckSentOnTeardown(t *testing.T) {
 			u.rxMu.Unlock()
 			b.qp.mu.Lock()
 			held := b.qp.resp.ackDeferred && b.qp.resp.ackPending
-			b.qp.resp.ackAt += int64(3600e9)
 			b.qp.mu.Unlock()
 			if !held {
 				t.Fatal("the SEND's ACK was not held back: the test does not test the teardown")

@@ -167,8 +167,8 @@ func (u *queue) drainReceive() {
 // drainBatches bounds drainReceive's work: a full socket is the receive goroutine's.
 const drainBatches = 8
 
-// ackDelay bounds how long an ACK is held back for piggybacking.
-const ackDelay = 100 * time.Microsecond
+// defaultAckDelay bounds how long an ACK is held back for piggybacking (Device.ackDelay).
+const defaultAckDelay = 100 * time.Microsecond
 
 // flushDeferred sends ACKs still held back (rxMu held).
 func (u *queue) flushDeferred() { u.flushDeferredOlder(0, false) }
@@ -180,7 +180,7 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 	if len(u.deferred) == 0 {
 		return
 	}
-	cutoff := u.d.now() - minAge + int64(ackDelay) // held since before now-minAge
+	cutoff := u.d.now() - minAge + u.d.ackDelay.Load() // held since before now-minAge
 	kept := u.deferred[:0]
 	for _, q := range u.deferred {
 		if !try {
@@ -382,7 +382,7 @@ func (u *queue) finishBatch() {
 					// let the ACK ride along with that send (see requester.piggybackAck).
 					if !q.resp.ackDeferred {
 						q.resp.ackDeferred = true
-						q.resp.ackAt = u.d.now() + int64(ackDelay)
+						q.resp.ackAt = u.d.now() + u.d.ackDelay.Load()
 						u.deferred = append(u.deferred, q)
 						if len(u.deferred) == 1 {
 							u.d.acks.hold(u, true)
