@@ -86,7 +86,7 @@ func (u *queue) rxReady() bool {
 			u.rxMu.Unlock()
 			return true
 		}
-		n, err := u.conn.Poll(u.rxBatch)
+		n, err := u.poll()
 		if err != nil {
 			u.rxMu.Unlock()
 			return errors.Is(err, netio.ErrClosed)
@@ -132,7 +132,7 @@ func (u *queue) progress() {
 	if !u.d.closed.Load() {
 		u.flushDeferred()
 		u.d.acks.flushOthers(u)
-		if n, _ := u.conn.Poll(u.rxBatch); n > 0 {
+		if n, _ := u.poll(); n > 0 {
 			u.processBatch(n)
 		} else if len(u.respList) > 0 {
 			u.finishBatch()
@@ -147,6 +147,15 @@ func (u *queue) progress() {
 	u.rxMu.Unlock()
 }
 
+// poll receives what is queued on the queue's socket into rxBatch, without waiting (rxMu
+// held). A device without sockets has none: its test feeds the receive path itself.
+func (u *queue) poll() (int, error) {
+	if u.d.bare != nil {
+		return 0, nil
+	}
+	return u.conn.Poll(u.rxBatch)
+}
+
 // drainReceive processes what waits in the socket before timers act (the timer
 // goroutine, no lock held): a retransmission timeout must not fire for an ACK that has
 // arrived but that the receive goroutine, starved of CPU on a machine busy with other
@@ -156,7 +165,7 @@ func (u *queue) drainReceive() {
 	u.rxMu.Lock()
 	defer u.rxMu.Unlock()
 	for i := 0; i < drainBatches && !u.d.closed.Load(); i++ {
-		n, err := u.conn.Poll(u.rxBatch)
+		n, err := u.poll()
 		if err != nil || n == 0 {
 			return
 		}
@@ -336,7 +345,7 @@ func (u *queue) ackOutRelock(q *QP) {
 // flushOut sends what the receive path has built (rxMu held, no QP lock).
 func (u *queue) flushOut() {
 	if u.rxOut.Len() > 0 {
-		_ = u.d.conn.Send(u.rxOut)
+		u.d.send(u.rxOut)
 	}
 }
 
