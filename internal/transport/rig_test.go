@@ -186,6 +186,13 @@ func (rg *qpRig) post(wrs ...SendWR) {
 	must(rg.t, err)
 }
 
+// postRecv posts a receive work request of one SGE per element of sg.
+func (rg *qpRig) postRecv(wrid uint64, sg ...SGE) {
+	rg.t.Helper()
+	_, err := rg.qp.PostRecv([]RecvWR{{WRID: wrid, SG: sg}})
+	must(rg.t, err)
+}
+
 // polled returns the completions waiting on cq.
 func polled(cq *CQ) []CQE {
 	var out []CQE
@@ -308,6 +315,12 @@ func ack(psn wire.PSN, syn uint8, msn uint32) rigPkt {
 // okAck is an ordered ACK of every PSN up to psn.
 func okAck(psn wire.PSN) rigPkt { return ack(psn, wire.AETHAck|wire.NoCredits, 0) }
 
+// nak is an ordered NAK with code code for psn.
+func nak(psn wire.PSN, code uint8) rigPkt { return ack(psn, wire.AETHNak|code, 0) }
+
+// rnrNak is an RNR NAK for psn asking for RNR timer code timer.
+func rnrNak(psn wire.PSN, timer uint8) rigPkt { return ack(psn, wire.AETHRNR|timer, 0) }
+
 // What the QP emitted.
 
 // sentPkt is a packet the QP emitted, decoded.
@@ -318,7 +331,7 @@ type sentPkt struct {
 	sack [][2]wire.PSN // a weak ACK's ranges
 }
 
-func (p *sentPkt) String() string {
+func (p sentPkt) String() string {
 	return fmt.Sprintf("%v PSN %#x", p.BTH.Opcode, uint32(p.BTH.PSN))
 }
 
@@ -388,6 +401,25 @@ func wantSent(t testing.TB, pkts []sentPkt, first wire.PSN, ops ...wire.Opcode) 
 			t.Fatalf("packet %d is %v, want %v PSN %#x (sent %v)", i, &p, ops[i], uint32(first.Add(uint32(i))), pkts)
 		}
 	}
+}
+
+// wantAck fails the test unless pkts are one ordered acknowledgement, syndrome syn, PSN psn.
+func wantAck(t testing.TB, pkts []sentPkt, syn uint8, psn wire.PSN) *sentPkt {
+	t.Helper()
+	if len(pkts) != 1 || pkts[0].BTH.Opcode != wire.OpAcknowledge || pkts[0].AETH.Syndrome != syn || pkts[0].BTH.PSN != psn {
+		t.Fatalf("sent %v (syndromes %v), want one acknowledgement %#x for PSN %#x", pkts, syndromes(pkts), syn, uint32(psn))
+	}
+	return &pkts[0]
+}
+
+func syndromes(pkts []sentPkt) []string {
+	var s []string
+	for _, p := range pkts {
+		if p.Info.Flags&wire.HasAETH != 0 {
+			s = append(s, fmt.Sprintf("%#x", p.AETH.Syndrome))
+		}
+	}
+	return s
 }
 
 // wantCQE fails the test unless cqes is one completion of work request wrid with status
