@@ -8,7 +8,8 @@ import "net/netip"
 // batches); its receive queues read no socket (queue.poll), so it receives only the
 // packets a test puts into its receive path; and its clock stands still at clock (device
 // time, ns) unless the test moves it, so that its timers fire when the test runs them
-// (timerQueue.expire). A device opened on its sockets (Open) has none.
+// (timerQueue.expire). Closing it closes no socket. A device opened on its sockets (Open)
+// has none of this.
 type bareIO struct {
 	capture func(to netip.AddrPort, pkt []byte)
 	clock   int64

@@ -325,9 +325,12 @@ func (d *Device) Close() error {
 		u.flushDeferred()
 		u.rxMu.Unlock()
 	}
-	err := d.conn.Close()
-	for _, u := range d.queues[1:] {
-		u.conn.Close()
+	var err error
+	if d.bare == nil { // a device without sockets has none to close
+		err = d.conn.Close()
+		for _, u := range d.queues[1:] {
+			u.conn.Close()
+		}
 	}
 	d.wg.Wait()
 	// After the receive goroutines: one still running could hold ACKs back again.

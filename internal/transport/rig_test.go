@@ -118,6 +118,7 @@ func newBareDevice(t testing.TB, cfg Config, capture func(to netip.AddrPort, pkt
 	must(t, err)
 	d := newDevice(cfg, []*netio.Conn{new(netio.Conn)}, &tap{local: rigLocal}, cfg.Window)
 	d.bare = &bareIO{capture: capture, clock: rigStart}
+	t.Cleanup(func() { d.Close() })
 	return d
 }
 
@@ -227,6 +228,7 @@ type rigPkt struct {
 	Imm        uint32
 	OOH        wire.OOH      // weakly-ordered requests
 	SACK       [][2]wire.PSN // a weak ACK's ranges
+	SACKCount  int           // the number of ranges its header announces (0: len(SACK))
 	Echo       uint32        // a weak ACK's echoed transmission number
 	Payload    []byte
 }
@@ -273,7 +275,11 @@ func (rg *qpRig) packet(p rigPkt) []byte {
 		}
 		switch {
 		case p.Op == wire.OpWeakAck:
-			wire.PutSACKHeader(hdr[info.HdrLen-wire.SACKHeaderLen:], len(p.SACK), p.Echo)
+			n := p.SACKCount
+			if n == 0 {
+				n = len(p.SACK)
+			}
+			wire.PutSACKHeader(hdr[info.HdrLen-wire.SACKHeaderLen:], n, p.Echo)
 		case f&wire.IsWeak != 0:
 			wiretest.PutOOH(hdr, p.OOH)
 		}
@@ -320,6 +326,12 @@ func nak(psn wire.PSN, code uint8) rigPkt { return ack(psn, wire.AETHNak|code, 0
 
 // rnrNak is an RNR NAK for psn asking for RNR timer code timer.
 func rnrNak(psn wire.PSN, timer uint8) rigPkt { return ack(psn, wire.AETHRNR|timer, 0) }
+
+// sack is a weakly-ordered acknowledgement (syndrome syn): every PSN up to cum, and the
+// ranges beyond; echo is the highest transmission number it says arrived.
+func sack(cum wire.PSN, syn uint8, echo uint32, ranges ...[2]wire.PSN) rigPkt {
+	return rigPkt{Op: wire.OpWeakAck, PSN: cum, AETH: wire.AETH{Syndrome: syn}, SACK: ranges, Echo: echo}
+}
 
 // What the QP emitted.
 
