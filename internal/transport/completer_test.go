@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -212,7 +213,7 @@ func TestCompleterReadResponses(t *testing.T) {
 	const raddr = 0x40000
 	rg.post(SendWR{WRID: 9, Opcode: WRRead, Flags: FlagSignaled, RemoteAddr: raddr, RKey: 5, SG: []SGE{sge(md, 0, 1000), sge(md, 2000, 2000)}})
 	wantSent(t, rg.sent(), 0x100, wire.OpReadRequest)
-	data := pattern(3000, 3)
+	data := testutil.Pattern(3000, 3)
 	resp := func(op wire.Opcode, psn wire.PSN, from, to int) rigPkt {
 		return rigPkt{Op: op, PSN: psn, AETH: wire.AETH{Syndrome: wire.AETHAck | wire.NoCredits}, Payload: data[from:to]}
 	}

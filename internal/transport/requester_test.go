@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -86,16 +87,6 @@ func testWindow(t *testing.T, mode Ordering) {
 	}
 }
 
-// pattern returns n bytes of a pattern that differs at every offset of a packet (seed
-// tells buffers apart).
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7+i/251) + seed
-	}
-	return b
-}
-
 // TestRequesterPacketization checks how the ordered requester turns each kind of work
 // request into packets: SEND and WRITE cut at the path MTU into FIRST/MIDDLE/LAST (ONLY
 // for one packet), the payload gathered across SGEs, the RETH on a WRITE's first packet,
@@ -107,7 +98,7 @@ func TestRequesterPacketization(t *testing.T) {
 	cfg.Attr.SQPSN = 0xFFFFFE // the first SEND crosses the wrap
 	rg := newQPRig(t, cfg)
 	src, ms := rg.mem(8192)
-	copy(src, pattern(8192, 1))
+	copy(src, testutil.Pattern(8192, 1))
 	const raddr, rkey = 0x10000, 0x4242
 	psn := wire.PSN(0xFFFFFE)
 	next := func(n uint32) wire.PSN { p := psn; psn = psn.Add(n); return p }

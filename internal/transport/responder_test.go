@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/tpt"
 	"github.com/softrnic/softrnic/internal/wire"
 )
@@ -27,7 +28,7 @@ func TestResponderPlacesSend(t *testing.T) {
 	rg := newQPRig(t, newRigConfig(Ordered))
 	buf, mb := rg.mem(4096)
 	rg.postRecv(10, sge(mb, 0, 100), sge(mb, 1000, 3000))
-	data := pattern(2100, 5)
+	data := testutil.Pattern(2100, 5)
 	rg.deliver(rigPkt{Op: wire.OpSendFirst, PSN: 0x200, Payload: data[:1024]},
 		rigPkt{Op: wire.OpSendMiddle, PSN: 0x201, Payload: data[1024:2048]},
 		rigPkt{Op: wire.OpSendLastImm, PSN: 0x202, AckReq: true, SE: true, Imm: 0xBEEF, Payload: data[2048:]})
@@ -49,7 +50,7 @@ func TestResponderPlacesSend(t *testing.T) {
 func TestResponderPlacesWrite(t *testing.T) {
 	rg := newQPRig(t, newRigConfig(Ordered))
 	dst, md := rg.mem(4096)
-	data := pattern(2100, 7)
+	data := testutil.Pattern(2100, 7)
 	va := md.IOVA() + 100
 	rg.deliver(write(wire.OpWriteFirst, 0x200, md, va, 2100, data[:1024]),
 		rigPkt{Op: wire.OpWriteMiddle, PSN: 0x201, Payload: data[1024:2048]},
@@ -268,7 +269,7 @@ func TestResponderRNR(t *testing.T) {
 func TestResponderReadResponses(t *testing.T) {
 	rg := newQPRig(t, newRigConfig(Ordered))
 	src, ms := rg.mem(4096)
-	copy(src, pattern(4096, 9))
+	copy(src, testutil.Pattern(4096, 9))
 	read := func(psn wire.PSN, off, n uint32) rigPkt {
 		return rigPkt{Op: wire.OpReadRequest, PSN: psn, RETH: wire.RETH{VA: ms.IOVA() + uint64(off), RKey: ms.Key(), DMALen: n}}
 	}

@@ -158,7 +158,7 @@ func udRig(t *testing.T) *qpRig {
 func TestUDDatagramPacketization(t *testing.T) {
 	rg := udRig(t)
 	src, ms := rg.mem(4096)
-	copy(src, pattern(4096, 8))
+	copy(src, testutil.Pattern(4096, 8))
 	to := netip.MustParseAddrPort("192.0.2.77:4791")
 	ah, err := rg.d.NewAH(to)
 	must(t, err)

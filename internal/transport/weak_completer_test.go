@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/holes"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -118,7 +119,7 @@ func TestWeakCompleterResponses(t *testing.T) {
 	if p[0].BTH.Opcode != wire.OpWeakReadReq || p[1].BTH.Opcode != wire.OpWeakFetchAdd {
 		t.Fatalf("sent %v", p)
 	}
-	data := pattern(2000, 4)
+	data := testutil.Pattern(2000, 4)
 	rg.deliver(rigPkt{Op: wire.OpAtomicAcknowledge, PSN: 0x102, AETH: wire.AETH{Syndrome: ackSyn}, AtomicAck: 77})
 	rg.deliver(rigPkt{Op: wire.OpReadResponseLast, PSN: 0x101, AETH: wire.AETH{Syndrome: ackSyn}, Payload: data[1024:]})
 	if c := polled(rg.scq); len(c) != 0 || binary.NativeEndian.Uint64(dst[2048:]) != 77 || dst[1024] != data[1024] {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/wire"
 )
 
@@ -99,7 +100,7 @@ func TestWeakResponderAtomicHeld(t *testing.T) {
 func TestWeakResponderReadReRequest(t *testing.T) {
 	rg := newQPRig(t, newRigConfig(Weak))
 	src, ms := rg.mem(4096)
-	copy(src, pattern(4096, 2))
+	copy(src, testutil.Pattern(4096, 2))
 	read := func(psn wire.PSN, off, n uint32, txSeq uint32) rigPkt {
 		return rigPkt{Op: wire.OpWeakReadReq, PSN: psn, RETH: wire.RETH{VA: ms.IOVA() + uint64(off), RKey: ms.Key(), DMALen: n},
 			OOH: wire.OOH{Seq: 0, Offset: off, Length: n, TxSeq: txSeq}}
