@@ -48,8 +48,8 @@ func wantStatuses(t *testing.T, cqes []CQE, want ...[2]uint64) {
 
 // TestCompleterCumulativeAck: an ACK completes, in order, the SEND and WRITE work
 // requests all of whose PSNs it covers (one inside a message completes nothing);
-// unsignaled ones leave no completion; an old ACK is a duplicate, one for a PSN never
-// sent is dropped.
+// unsignaled ones leave no completion; an old ACK is a duplicate; one for a PSN never
+// sent, or of the reserved AETH kind, is dropped.
 func TestCompleterCumulativeAck(t *testing.T) {
 	rg := newQPRig(t, newRigConfig(Ordered))
 	_, ms := rg.mem(4096)
@@ -61,6 +61,10 @@ func TestCompleterCumulativeAck(t *testing.T) {
 	if c := polled(rg.scq); len(c) != 0 || rg.qp.req.una != 0x102 {
 		t.Fatalf("an ACK inside the SEND: completions %+v, una %#x", c, uint32(rg.qp.req.una))
 	}
+	rg.deliver(ack(0x103, 0x40, 0)) // an AETH of the reserved kind: no acknowledgement
+	if c := polled(rg.scq); len(c) != 0 || rg.qp.Stats().Dropped != 1 {
+		t.Fatalf("reserved AETH: completions %+v, %+v", c, rg.qp.Stats())
+	}
 	rg.deliver(okAck(0x104))
 	c := polled(rg.scq)
 	wantStatuses(t, c, [2]uint64{1, 0}, [2]uint64{3, 0})
@@ -69,7 +73,7 @@ func TestCompleterCumulativeAck(t *testing.T) {
 	}
 	rg.deliver(okAck(0x102))  // old
 	rg.deliver(okAck(0x1000)) // never sent
-	if s := rg.qp.Stats(); s.Duplicates != 1 || s.Dropped != 1 || len(rg.sent()) != 0 {
+	if s := rg.qp.Stats(); s.Duplicates != 1 || s.Dropped != 2 || len(rg.sent()) != 0 {
 		t.Fatalf("old and unsent ACKs: %+v", s)
 	}
 	// A weakly-ordered acknowledgement is not this mode's.

@@ -346,3 +346,47 @@ func TestResponderNoReadResources(t *testing.T) {
 	wantAck(t, rg.sent(), wire.AETHNak|wire.NakInvalidRequest, 0x200)
 	wantEvent(t, rg.takeEvents(), EventQPReqErr)
 }
+
+// TestResponderAbortFlushesWQEInProgress: a QP that enters ERR in the middle of a SEND
+// completes the receive WQE the SEND took with WR_FLUSH_ERR, before the WQEs still
+// posted.
+func TestResponderAbortFlushesWQEInProgress(t *testing.T) {
+	rg := newQPRig(t, newRigConfig(Ordered))
+	_, mb := rg.mem(4096)
+	rg.postRecv(1, sge(mb, 0, 4096))
+	rg.postRecv(2, sge(mb, 0, 4096))
+	rg.deliver(rigPkt{Op: wire.OpSendFirst, PSN: 0x200, Payload: make([]byte, rigMTUBytes)})
+	must(t, rg.qp.Modify(&Attr{State: StateErr}, MaskState, lim))
+	wantStatuses(t, polled(rg.rcq), [2]uint64{1, uint64(StatusWRFlushErr)}, [2]uint64{2, uint64(StatusWRFlushErr)})
+}
+
+// TestResponderByState: a QP answers requests from RTR on, the first one raising the
+// communication-established event (the application may move it to RTS); in RTR it takes
+// no responses, and before RTR nothing.
+func TestResponderByState(t *testing.T) {
+	cfg := newRigConfig(Ordered)
+	cfg.State = StateInit
+	rg := newQPRig(t, cfg)
+	_, md := rg.mem(64)
+	w := func(psn wire.PSN) rigPkt {
+		p := write(wire.OpWriteOnly, psn, md, md.IOVA(), 4, []byte("data"))
+		p.AckReq = true
+		return p
+	}
+	rg.deliver(w(0x200))
+	if p := rg.sent(); len(p) != 0 || rg.qp.Stats().Dropped != 1 {
+		t.Fatalf("in INIT: sent %v, %+v", p, rg.qp.Stats())
+	}
+
+	cfg.State = StateRTR
+	rg = newQPRig(t, cfg)
+	_, md = rg.mem(64)
+	rg.deliver(w(0x200), okAck(0x100))
+	wantAck(t, rg.sent(), ackSyn, 0x200)
+	wantEvent(t, rg.takeEvents(), EventCommEst)
+	rg.deliver(w(0x201))
+	wantAck(t, rg.sent(), ackSyn, 0x201)
+	if e := rg.takeEvents(); len(e) != 0 || rg.qp.Stats().Dropped != 1 {
+		t.Fatalf("a second request in RTR: events %+v, %+v (the response in RTR dropped)", e, rg.qp.Stats())
+	}
+}

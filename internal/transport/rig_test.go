@@ -45,7 +45,7 @@ const rigStart = int64(time.Second)
 type rigConfig struct {
 	Dev     Config  // the device (Local, Queues and RecvBatch are the rig's)
 	Service Service // RC (default) or UD
-	State   QPState // the state the QP is brought to (RESET..RTS; SQD from RTS)
+	State   QPState // the state the QP is brought to (RESET..RTS)
 	QP      QPConfig
 	// The attributes of the transitions to INIT, RTR and RTS (RC: Peer and DestQPN are the
 	// rig's peer; UD: QKey is the Q_Key).
@@ -155,10 +155,6 @@ func (rg *qpRig) bringUp(state QPState) {
 		} else {
 			step(StateRTS, MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic)
 		}
-	}
-	if state == StateSQD {
-		a.SQDNotify = true
-		step(StateSQD, MaskEnSQDAsyncNotif)
 	}
 }
 

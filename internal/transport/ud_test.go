@@ -178,6 +178,17 @@ func TestUDDatagramPacketization(t *testing.T) {
 	if c[0].Opcode != WCSend || c[0].ByteLen != 1000 {
 		t.Fatalf("send completion %+v", c[0])
 	}
+	// A work request whose memory failed its check at post time fails the QP, without a
+	// datagram.
+	rg.post(SendWR{WRID: 3, Opcode: WRSend, Flags: FlagSignaled, AH: ah, RemoteQPN: 0x42, RemoteQKey: 1,
+		SG: []SGE{{Addr: ms.IOVA(), Length: 8, LKey: ms.Key() ^ 0x100}}})
+	if p := rg.sent(); len(p) != 0 {
+		t.Fatalf("sent %v for a work request with a bad key", p)
+	}
+	wantCQE(t, polled(rg.scq), 3, StatusLocProtErr, WCSend)
+	if rg.qp.State() != StateErr {
+		t.Fatalf("state %v", rg.qp.State())
+	}
 }
 
 // TestUDReceiveErrors: what a UD QP makes of packets it does not take: an RC request or

@@ -128,3 +128,30 @@ func TestWeakResponderRemoteAccessError(t *testing.T) {
 		t.Fatalf("state %v, memory changed", rg.qp.State())
 	}
 }
+
+// TestWeakResponderAbortFlushesSRQWQEs: receive WQEs that messages still arriving took
+// from a shared receive queue complete with WR_FLUSH_ERR when the QP enters ERR (the
+// QP's own queue is flushed whole; a shared one keeps its WQEs for the other QPs).
+func TestWeakResponderAbortFlushesSRQWQEs(t *testing.T) {
+	cfg := newRigConfig(Weak)
+	rg := newQPRig(t, cfg)
+	srq := rg.d.NewRecvQueue(1, 8, 1, true)
+	qp, err := rg.d.CreateQP(QPConfig{PD: 1, SendCQ: rg.scq, RecvCQ: rg.rcq, SRQ: srq, MaxSendWR: 4, MaxSendSGE: 1})
+	must(t, err)
+	rg.qp = qp
+	rg.bringUp(StateRTS)
+	_, mb := rg.mem(8192)
+	for i := 0; i < 3; i++ {
+		_, err := srq.Post([]RecvWR{{WRID: uint64(10 + i), SG: []SGE{sge(mb, i*2048, 2048)}}})
+		must(t, err)
+	}
+	// The second packet of a two-packet SEND: it binds a WQE, the message waits for its first.
+	rg.deliver(rigPkt{Op: wire.OpWeakSend, PSN: 0x201, Payload: make([]byte, 10),
+		OOH: wire.OOH{Seq: 0, Offset: rigMTUBytes, Length: rigMTUBytes + 10, Flags: wire.OOHRecv, TxSeq: 2}})
+	must(t, rg.qp.Modify(&Attr{State: StateErr}, MaskState, lim))
+	wantStatuses(t, polled(rg.rcq), [2]uint64{10, uint64(StatusWRFlushErr)})
+	if n := srq.Posted(); n != 2 {
+		t.Fatalf("%d WQEs left on the shared queue, want 2", n)
+	}
+	wantEvent(t, rg.takeEvents(), EventQPLastWQE)
+}
