@@ -10,22 +10,21 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
-
-func fill(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 
 // The handshake with private data at its maximum both ways; data then flows both ways,
 // and the first SEND finds the receives posted before Dial and Accept.
 func TestDialAccept(t *testing.T) {
 	da, db := devs(t, verbs.DeviceConfig{})
 	a, b := newEndpoint(t, da, 4), newEndpoint(t, db, 4)
-	ca, cb := handshake(t, a, b, fast(fill(mad.CMAPrivateMax, 0xA1)), &AcceptParams{PrivateData: fill(mad.AcceptPrivateMax, 0xB2)})
-	if !bytes.Equal(cb.PrivateData(), fill(mad.CMAPrivateMax, 0xA1)) {
+	ca, cb := handshake(t, a, b, fast(testutil.Fill(mad.CMAPrivateMax, 0xA1)), &AcceptParams{PrivateData: testutil.Fill(mad.AcceptPrivateMax, 0xB2)})
+	if !bytes.Equal(cb.PrivateData(), testutil.Fill(mad.CMAPrivateMax, 0xA1)) {
 		t.Errorf("listener got private data %x", cb.PrivateData())
 	}
-	if !bytes.Equal(ca.PrivateData(), fill(mad.AcceptPrivateMax, 0xB2)) {
+	if !bytes.Equal(ca.PrivateData(), testutil.Fill(mad.AcceptPrivateMax, 0xB2)) {
 		t.Errorf("dialer got private data %x", ca.PrivateData())
 	}
 	for _, c := range []*Conn{ca, cb} {
@@ -58,8 +57,8 @@ func TestDialAccept(t *testing.T) {
 func TestPrivateDataLimits(t *testing.T) {
 	da, db := devs(t, verbs.DeviceConfig{})
 	a, b := newEndpoint(t, da, 0), newEndpoint(t, db, 0)
-	p := fast(fill(mad.CMAPrivateMax+1, 1))
-	if _, err := Dial(ctxT(t), da, remote(db, p), a.QP, p); !errors.Is(err, ErrPrivateData) {
+	p := fast(testutil.Fill(mad.CMAPrivateMax+1, 1))
+	if _, err := Dial(testutil.Context(t), da, remote(db, p), a.QP, p); !errors.Is(err, ErrPrivateData) {
 		t.Errorf("Dial with %d bytes: %v, want ErrPrivateData", mad.CMAPrivateMax+1, err)
 	}
 	l, err := Listen(db, testPort)
@@ -70,20 +69,20 @@ func TestPrivateDataLimits(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		p := fast(nil)
-		_, err := Dial(ctxT(t), da, remote(db, p), a.QP, p)
+		_, err := Dial(testutil.Context(t), da, remote(db, p), a.QP, p)
 		errc <- err
 	}()
-	r, err := l.Accept(ctxT(t))
+	r, err := l.Accept(testutil.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Accept(b.QP, &AcceptParams{PrivateData: fill(mad.AcceptPrivateMax+1, 1)}); !errors.Is(err, ErrPrivateData) {
+	if _, err := r.Accept(b.QP, &AcceptParams{PrivateData: testutil.Fill(mad.AcceptPrivateMax+1, 1)}); !errors.Is(err, ErrPrivateData) {
 		t.Errorf("Accept with %d bytes: %v, want ErrPrivateData", mad.AcceptPrivateMax+1, err)
 	}
-	if err := r.Reject(fill(mad.RejectPrivateMax+1, 1)); !errors.Is(err, ErrPrivateData) {
+	if err := r.Reject(testutil.Fill(mad.RejectPrivateMax+1, 1)); !errors.Is(err, ErrPrivateData) {
 		t.Errorf("Reject with %d bytes: %v, want ErrPrivateData", mad.RejectPrivateMax+1, err)
 	}
-	if err := r.Reject(fill(mad.RejectPrivateMax, 7)); err != nil {
+	if err := r.Reject(testutil.Fill(mad.RejectPrivateMax, 7)); err != nil {
 		t.Fatalf("Reject: %v", err)
 	}
 	<-errc
@@ -99,12 +98,12 @@ func TestReject(t *testing.T) {
 	}
 	defer l.Close()
 	go func() {
-		if r, err := l.Accept(ctxT(t)); err == nil {
+		if r, err := l.Accept(testutil.Context(t)); err == nil {
 			_ = r.Reject([]byte("go away"))
 		}
 	}()
 	p := fast(nil)
-	_, err = Dial(ctxT(t), da, remote(db, p), a.QP, p)
+	_, err = Dial(testutil.Context(t), da, remote(db, p), a.QP, p)
 	var rej *RejectError
 	if !errors.As(err, &rej) || !errors.Is(err, ErrRejected) || errors.Is(err, ErrNoListener) {
 		t.Fatalf("Dial: %v, want a consumer reject", err)
@@ -130,7 +129,7 @@ func TestNoListener(t *testing.T) {
 	for _, d := range []*verbs.Context{db, dc} {
 		a := newEndpoint(t, da, 0)
 		p := fast(nil)
-		_, err := Dial(ctxT(t), da, remote(d, p), a.QP, p)
+		_, err := Dial(testutil.Context(t), da, remote(d, p), a.QP, p)
 		if !errors.Is(err, ErrNoListener) || !errors.Is(err, ErrRejected) {
 			t.Errorf("Dial to %v: %v, want ErrNoListener", d.Addr(), err)
 		}
@@ -148,7 +147,7 @@ func TestDialTimeout(t *testing.T) {
 	a := newEndpoint(t, da, 0)
 	before := Counters(da)
 	p := &DialParams{ResponseTimeout: 10 * time.Millisecond, MaxRetries: 3, DevicePort: uint16(sink.LocalAddr().(*net.UDPAddr).Port)}
-	_, err = Dial(ctxT(t), da, netip.MustParseAddrPort("127.0.0.4:7471"), a.QP, p)
+	_, err = Dial(testutil.Context(t), da, netip.MustParseAddrPort("127.0.0.4:7471"), a.QP, p)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Dial: %v, want ErrTimeout", err)
 	}
@@ -256,11 +255,11 @@ func TestMRAWhileApplicationIsSlow(t *testing.T) {
 	dialed := make(chan res, 1)
 	p := &DialParams{ResponseTimeout: 20 * time.Millisecond}
 	go func() {
-		c, err := Dial(ctxT(t), da, remote(db, p), a.QP, p)
+		c, err := Dial(testutil.Context(t), da, remote(db, p), a.QP, p)
 		dialed <- res{c, err}
 	}()
 	verbstest.WaitUntil(t, "an MRA", func() bool { return Counters(da).MRAReceived > 0 })
-	r, err := l.Accept(ctxT(t))
+	r, err := l.Accept(testutil.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -168,7 +169,7 @@ func TestSourcePortByPeerKind(t *testing.T) {
 		ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7}
 	m, _ := managerFor(dc)
 	injectREQ(m, netip.AddrPortFrom(da.Addr().Addr(), 4791), dc, &req)
-	r, err := l.Accept(ctxT(t))
+	r, err := l.Accept(testutil.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}

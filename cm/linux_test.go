@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -91,7 +92,7 @@ func TestLinuxRequester(t *testing.T) {
 	h := mad.CMAHeader{SrcPort: 40000, Src: linuxSrc.Addr(), Dst: dev.Addr().Addr()}
 	h.Put(req.PrivateData[:])
 	handle(m, linuxSrc, &req)
-	r, err := l.Accept(ctxT(t))
+	r, err := l.Accept(testutil.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestLinuxListener(t *testing.T) {
 	}
 	dialed := make(chan result, 1)
 	go func() {
-		c, err := Dial(ctxT(t), dev, netip.AddrPortFrom(linuxSrc.Addr(), testPort), e.QP, &DialParams{KeepAlive: -1})
+		c, err := Dial(testutil.Context(t), dev, netip.AddrPortFrom(linuxSrc.Addr(), testPort), e.QP, &DialParams{KeepAlive: -1})
 		dialed <- result{c, err}
 	}()
 	var req mad.REQ
@@ -195,7 +196,7 @@ func TestSoftrnicREPFromOtherPort(t *testing.T) {
 	m, port := recordedManager(t, dev)
 	e := newEndpoint(t, dev, 1)
 	peerDev := netip.MustParseAddrPort("127.0.0.1:5000")
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(testutil.Context(t))
 	done := make(chan error, 1)
 	go func() {
 		_, err := Dial(ctx, dev, netip.AddrPortFrom(peerDev.Addr(), testPort), e.QP, &DialParams{DevicePort: peerDev.Port(), KeepAlive: -1})

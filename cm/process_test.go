@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -128,7 +129,7 @@ func dialPeer(t *testing.T, peer netip.AddrPort, lines *bufio.Scanner) (*endpoin
 	da := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
 	a := newEndpoint(t, da, 1)
 	p := &DialParams{PrivateData: []byte("hello"), DevicePort: peer.Port(), ResponseTimeout: 200 * time.Millisecond, KeepAlive: 50 * time.Millisecond}
-	c, err := Dial(ctxT(t), da, netip.AddrPortFrom(peer.Addr(), testPort), a.QP, p)
+	c, err := Dial(testutil.Context(t), da, netip.AddrPortFrom(peer.Addr(), testPort), a.QP, p)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

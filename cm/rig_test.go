@@ -1,13 +1,13 @@
 package cm
 
 import (
-	"context"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -61,7 +61,7 @@ func newEndpoint(t testing.TB, ctx *verbs.Context, recvs int) *endpoint {
 // sendRecv sends n bytes from a to b over the connected QPs and checks they arrive.
 func sendRecv(t testing.TB, a, b *endpoint, n int) {
 	t.Helper()
-	copy(a.buf, verbstest.Pattern(n, uint64(n)))
+	copy(a.buf, testutil.Pattern(n, uint64(n)))
 	verbstest.MustPostSend(t, a.QP, verbs.SendWR{WRID: 99, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: verbstest.SGL(a.mr, 0, n)})
 	verbstest.WantSendWC(t, verbstest.PollOne(t, a.SCQ), 99, verbs.WCSend, a.QP)
 	wc := verbstest.PollOne(t, b.RCQ)
@@ -69,12 +69,6 @@ func sendRecv(t testing.TB, a, b *endpoint, n int) {
 		t.Fatalf("receive: %v, %d bytes, want success, %d", wc.Status, wc.ByteLen, n)
 	}
 	verbstest.CheckBytes(t, "received", b.buf[2048:2048+n], a.buf[:n])
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // handshake listens on b, dials from a and accepts, with the given parameters.
@@ -91,7 +85,7 @@ func handshake(t *testing.T, a, b *endpoint, dp *DialParams, ap *AcceptParams) (
 	}
 	acc := make(chan res, 1)
 	go func() {
-		r, err := l.Accept(ctxT(t))
+		r, err := l.Accept(testutil.Context(t))
 		if err != nil {
 			acc <- res{nil, err}
 			return
@@ -99,7 +93,7 @@ func handshake(t *testing.T, a, b *endpoint, dp *DialParams, ap *AcceptParams) (
 		c, err := r.Accept(b.QP, ap)
 		acc <- res{c, err}
 	}()
-	ca, err = Dial(ctxT(t), a.Ctx, remote(b.Ctx, dp), a.QP, dp)
+	ca, err = Dial(testutil.Context(t), a.Ctx, remote(b.Ctx, dp), a.QP, dp)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -119,7 +113,7 @@ func acceptEach(t *testing.T, l *Listener, n int, qp func(i int) (*verbs.QP, err
 	errs := make(chan error, n)
 	go func() {
 		for i := 0; i < n; i++ {
-			r, err := l.Accept(ctxT(t))
+			r, err := l.Accept(testutil.Context(t))
 			if err != nil {
 				errs <- err
 				return
@@ -167,7 +161,7 @@ func dialEach(t *testing.T, a, b *verbs.Context, qps []*verbs.QP, params func() 
 		go func() {
 			defer wg.Done()
 			p := params()
-			conns[i], errs[i] = Dial(ctxT(t), a, remote(b, p), qp, p)
+			conns[i], errs[i] = Dial(testutil.Context(t), a, remote(b, p), qp, p)
 		}()
 	}
 	wg.Wait()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/softrnic/softrnic/internal/gsiport"
 	"github.com/softrnic/softrnic/internal/mad"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/internal/wire"
 	"github.com/softrnic/softrnic/internal/wire/wiretest"
@@ -70,13 +71,13 @@ func TestTsharkDecodesHandshake(t *testing.T) {
 	l, _ := Listen(db, testPort+1)
 	defer l.Close()
 	go func() {
-		if r, err := l.Accept(ctxT(t)); err == nil {
+		if r, err := l.Accept(testutil.Context(t)); err == nil {
 			r.Reject([]byte("no"))
 		}
 	}()
 	p := fast(nil)
 	p.DevicePort = db.Addr().Port()
-	Dial(ctxT(t), da, netip.AddrPortFrom(db.Addr().Addr(), testPort+1), a2.QP, p)
+	Dial(testutil.Context(t), da, netip.AddrPortFrom(db.Addr().Addr(), testPort+1), a2.QP, p)
 	verbstest.Settle(da, db)
 
 	mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // Collectives against a sequential reference, for a power of two and not.
@@ -32,7 +34,7 @@ func TestCollectives(t *testing.T) {
 				gathered = append(gathered, float64(r), float64(r)+0.5)
 			}
 			each(t, comms, func(c *Comm) error {
-				ctx := ctxT(t)
+				ctx := testutil.Context(t)
 				if err := c.Barrier(ctx); err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -18,7 +19,7 @@ func sendAll(t *testing.T, comms []*Comm, from, to int, sizes []int) {
 	c := comms[from]
 	c.pmu.Lock()
 	for i, n := range sizes {
-		r := &Request{c: c, send: true, buf: pattern(n, byte(i)), peer: to, tag: i}
+		r := &Request{c: c, send: true, buf: testutil.Pattern(n, uint64(i)), peer: to, tag: i}
 		c.startSend(r)
 		reqs = append(reqs, r)
 	}
@@ -26,15 +27,15 @@ func sendAll(t *testing.T, comms []*Comm, from, to int, sizes []int) {
 	c.pmu.Unlock()
 	for i, n := range sizes {
 		got := make([]byte, n)
-		if _, err := comms[to].Recv(ctxT(t), got, from, i); err != nil {
+		if _, err := comms[to].Recv(testutil.Context(t), got, from, i); err != nil {
 			t.Fatalf("message %d (%d bytes): %v", i, n, err)
 		}
-		if !bytes.Equal(got, pattern(n, byte(i))) {
+		if !bytes.Equal(got, testutil.Pattern(n, uint64(i))) {
 			t.Fatalf("message %d (%d bytes): wrong data", i, n)
 		}
 	}
 	for _, r := range reqs {
-		if _, err := r.Wait(ctxT(t)); err != nil {
+		if _, err := r.Wait(testutil.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,23 +105,23 @@ func TestEnlargeBothWaysWithTraffic(t *testing.T) {
 		t.Run(ord.String(), func(t *testing.T) {
 			comms := newJob(t, 3, Config{Ordering: ord})
 			each(t, comms, func(c *Comm) error {
-				ctx := ctxT(t)
+				ctx := testutil.Context(t)
 				switch c.Rank() {
 				case 0, 1:
 					peer := 1 - c.Rank()
 					var reqs []*Request
 					for i, n := range []int{100, 3000, 20000, 200, 60000} {
-						reqs = append(reqs, c.Isend(pattern(n, byte(i+c.Rank())), peer, i))
+						reqs = append(reqs, c.Isend(testutil.Pattern(n, uint64(i+c.Rank())), peer, i))
 					}
 					for i := 0; i < 50; i++ {
-						reqs = append(reqs, c.Isend(pattern(64, byte(i)), 2, 100+i))
+						reqs = append(reqs, c.Isend(testutil.Pattern(64, uint64(i)), 2, 100+i))
 					}
 					for i, n := range []int{100, 3000, 20000, 200, 60000} {
 						got := make([]byte, n)
 						if _, err := c.Recv(ctx, got, peer, i); err != nil {
 							return err
 						}
-						if !bytes.Equal(got, pattern(n, byte(i+peer))) {
+						if !bytes.Equal(got, testutil.Pattern(n, uint64(i+peer))) {
 							return fmt.Errorf("message %d: wrong data", i)
 						}
 					}
@@ -136,7 +137,7 @@ func TestEnlargeBothWaysWithTraffic(t *testing.T) {
 							if _, err := c.Recv(ctx, got, from, 100+i); err != nil {
 								return err
 							}
-							if !bytes.Equal(got, pattern(64, byte(i))) {
+							if !bytes.Equal(got, testutil.Pattern(64, uint64(i))) {
 								return fmt.Errorf("small message %d from %d: wrong data", i, from)
 							}
 						}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // A receive cancelled by its context is withdrawn: the message it would have matched goes
@@ -18,10 +20,10 @@ func TestCancelRecv(t *testing.T) {
 	if _, err := comms[0].Recv(ctx, b, 1, 3); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Recv: %v, want the context's deadline", err)
 	}
-	if err := comms[1].Send(ctxT(t), []byte("after"), 0, 3); err != nil {
+	if err := comms[1].Send(testutil.Context(t), []byte("after"), 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := comms[0].Recv(ctxT(t), b, 1, 3); err != nil || string(b[:st.Count]) != "after" {
+	if st, err := comms[0].Recv(testutil.Context(t), b, 1, 3); err != nil || string(b[:st.Count]) != "after" {
 		t.Fatalf("Recv after the cancelled one: %+v %q %v", st, b, err)
 	}
 }
@@ -30,7 +32,7 @@ func TestCancelRecv(t *testing.T) {
 // the eager and the rendezvous paths, and nothing hangs; other ranks go on.
 func TestPeerDies(t *testing.T) {
 	comms := newJob(t, 3, Config{})
-	ctx := ctxT(t)
+	ctx := testutil.Context(t)
 	// Connect 0-1 and 0-2 first.
 	for _, r := range []int{1, 2} {
 		if err := comms[r].Send(ctx, []byte("hi"), 0, 1); err != nil {
@@ -67,17 +69,17 @@ func TestSixteenRanks(t *testing.T) {
 	const n = 16
 	comms := newJob(t, n, Config{})
 	each(t, comms, func(c *Comm) error {
-		ctx := ctxT(t)
+		ctx := testutil.Context(t)
 		var reqs []*Request
 		for to := 0; to < n; to++ {
-			reqs = append(reqs, c.Isend(pattern(100+to*300, byte(c.Rank())), to, 4))
+			reqs = append(reqs, c.Isend(testutil.Pattern(100+to*300, uint64(c.Rank())), to, 4))
 		}
 		for from := 0; from < n; from++ {
 			b := make([]byte, 100+c.Rank()*300)
 			if _, err := c.Recv(ctx, b, from, 4); err != nil {
 				return err
 			}
-			if string(b) != string(pattern(len(b), byte(from))) {
+			if string(b) != string(testutil.Pattern(len(b), uint64(from))) {
 				return fmt.Errorf("from %d: wrong data", from)
 			}
 		}

@@ -3,6 +3,8 @@ package msg
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // FuzzSlot drives a rank's receive path with what a hostile peer can put there: any
@@ -26,10 +28,10 @@ func FuzzSlot(f *testing.F) {
 	f.Add(put(header{}, nil, imm(immAckResend, 1, 0, 2)))
 	// One job for every input, connected as by a first message.
 	comms := newJob(f, 2, Config{})
-	if err := comms[1].Send(ctxT(f), []byte("hi"), 0, 1); err != nil {
+	if err := comms[1].Send(testutil.Context(f), []byte("hi"), 0, 1); err != nil {
 		f.Fatal(err)
 	}
-	if _, err := comms[0].Recv(ctxT(f), make([]byte, 2), 1, 1); err != nil {
+	if _, err := comms[0].Recv(testutil.Context(f), make([]byte, 2), 1, 1); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -51,12 +51,6 @@ func newJob(t testing.TB, n int, cfg Config) []*Comm {
 	return comms
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // each runs f for every rank concurrently and fails the test on the first error.
 func each(t *testing.T, comms []*Comm, f func(c *Comm) error) {
 	t.Helper()

@@ -5,15 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-)
 
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i)*7 + seed
-	}
-	return b
-}
+	"github.com/softrnic/softrnic/internal/testutil"
+)
 
 // Messages of every path between two ranks, both ways at once: small (eager in the
 // first phase), those that need each larger phase, and a rendezvous one.
@@ -23,19 +17,19 @@ func TestSendRecvSizes(t *testing.T) {
 	each(t, comms, func(c *Comm) error {
 		peer := 1 - c.Rank()
 		for i, n := range sizes {
-			send := c.Isend(pattern(n, byte(c.Rank()+i)), peer, i)
+			send := c.Isend(testutil.Pattern(n, uint64(c.Rank()+i)), peer, i)
 			got := make([]byte, n)
-			st, err := c.Recv(ctxT(t), got, peer, i)
+			st, err := c.Recv(testutil.Context(t), got, peer, i)
 			if err != nil {
 				return fmt.Errorf("recv %d bytes: %w", n, err)
 			}
 			if st.Source != peer || st.Tag != i || st.Count != n {
 				return fmt.Errorf("status %+v for %d bytes", st, n)
 			}
-			if !bytes.Equal(got, pattern(n, byte(peer+i))) {
+			if !bytes.Equal(got, testutil.Pattern(n, uint64(peer+i))) {
 				return fmt.Errorf("%d bytes: wrong data", n)
 			}
-			if _, err := send.Wait(ctxT(t)); err != nil {
+			if _, err := send.Wait(testutil.Context(t)); err != nil {
 				return fmt.Errorf("send %d bytes: %w", n, err)
 			}
 		}
@@ -51,7 +45,7 @@ func TestSendRecvSizes(t *testing.T) {
 // MPI matching: wildcards, non-overtaking order per source and tag, truncation.
 func TestMatching(t *testing.T) {
 	comms := newJob(t, 3, Config{})
-	ctx := ctxT(t)
+	ctx := testutil.Context(t)
 	// Ranks 1 and 2 each send tags 5, 6, 5 to rank 0.
 	for _, c := range comms[1:] {
 		for i, tag := range []int{5, 6, 5} {
@@ -84,7 +78,7 @@ func TestMatching(t *testing.T) {
 		t.Errorf("wildcard receives: %v", seen)
 	}
 	// Probe, then truncation.
-	if err := comms[1].Send(ctx, pattern(50, 1), 0, 9); err != nil {
+	if err := comms[1].Send(ctx, testutil.Pattern(50, 1), 0, 9); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.Probe(ctx, AnySource, 9)
@@ -93,7 +87,7 @@ func TestMatching(t *testing.T) {
 	}
 	small := make([]byte, 10)
 	st, err = c.Recv(ctx, small, 1, 9)
-	if !errors.Is(err, ErrTruncated) || st.Count != 50 || !bytes.Equal(small, pattern(50, 1)[:10]) {
+	if !errors.Is(err, ErrTruncated) || st.Count != 50 || !bytes.Equal(small, testutil.Pattern(50, 1)[:10]) {
 		t.Errorf("truncated receive: %+v %v", st, err)
 	}
 }

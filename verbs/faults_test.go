@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/netio"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/wire"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -450,7 +451,7 @@ func soak(t *testing.T, mode verbs.Ordering, faults verbs.Faults) {
 	}
 	l.MTU = verbs.MTU4096
 	totalAB, totalBA := 64<<20, 16<<20
-	if raceEnabled {
+	if testutil.Race {
 		// About ten times slower: a quarter of the data, and a 67 ms ACK timeout.
 		totalAB, totalBA, l.Timeout = 16<<20, 4<<20, 14
 	}

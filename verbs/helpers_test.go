@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -123,7 +124,8 @@ var (
 	mustCQ       = verbstest.MustCQ
 	mustReg      = verbstest.MustReg
 	sge          = verbstest.SGL
-	pattern      = verbstest.Pattern
+	pattern      = testutil.Pattern
+	fill         = testutil.Fill
 	checkBytes   = verbstest.CheckBytes
 	mustPostSend = verbstest.MustPostSend
 	mustPostRecv = verbstest.MustPostRecv

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -17,7 +18,6 @@ import (
 // promises.
 
 // fill returns n bytes of value b.
-func fill(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 
 // TestSend checks IBV_WR_SEND: the message lands in the posted receive buffer, the
 // receiver's completion is IBV_WC_RECV with the byte count, its own QP number and the
@@ -356,7 +356,7 @@ func testLargeTransfer(t *testing.T, mode verbs.Ordering) {
 // (the READ lands in the cleared source, the SEND in the cleared target) and takes a few
 // seconds; it has no time limit of its own beyond the suite's wait guard.
 func TestGiBMessages(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || testutil.Race {
 		t.Skip("moves 3 GiB; skipped in -short mode and under the race detector")
 	}
 	const size = 1 << 30

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/internal/verbstest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -49,7 +50,7 @@ func TestUDSendRecv(t *testing.T) {
 	r := newUDRig(t)
 	sender := verbstest.NewUDQP(t, r.pd[0], r.cq[0], 0x11)
 	recv := []*verbs.QP{verbstest.NewUDQP(t, r.pd[1], r.cq[1], 0x22), verbstest.NewUDQP(t, r.pd[1], r.cq[1], 0x33)}
-	src := verbstest.MustReg(t, r.pd[0], verbstest.Pattern(4096, 7), 0)
+	src := verbstest.MustReg(t, r.pd[0], testutil.Pattern(4096, 7), 0)
 	dst := verbstest.MustReg(t, r.pd[1], make([]byte, 4*8192), verbs.AccessLocalWrite)
 	for i, q := range recv {
 		verbstest.MustPostRecv(t, q, verbs.RecvWR{WRID: uint64(100 + i), SGList: verbstest.SGL(dst, i*8192, 8192)})

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/softrnic/softrnic/cm"
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -18,7 +19,7 @@ import (
 // the race detector cannot see. (The runs without it test them; the engine's own race
 // run covers what they exercise.)
 func raceSkips(test string) bool {
-	return raceEnabled && (strings.HasPrefix(test, "write_") || test == "atomic_bw")
+	return testutil.Race && (strings.HasPrefix(test, "write_") || test == "atomic_bw")
 }
 
 // TestLoopbackAll runs every test with a few iterations, checking every byte; the

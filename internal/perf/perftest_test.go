@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/testutil"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -360,7 +361,7 @@ func TestPerftestTranscripts(t *testing.T) {
 // peer's operations left once the control connection says they are done (the ordering
 // comes through the network, which the race detector cannot see).
 func ptRaceSkips(test string) (skip, noCheck bool) {
-	if !raceEnabled {
+	if !testutil.Race {
 		return false, false
 	}
 	return test == "write_lat", test == "write_bw" || isAtomic(test)

@@ -1,6 +1,8 @@
-// Package testutil holds what the project's test suites share: how long a wait may last
-// before it is a failure, and how to tell whether the machine is too busy for a test that
-// depends on timing.
+// Package testutil holds what the project's test suites share, whatever they test (the
+// engine's own tests included, which cannot use the verbs rig, internal/verbstest): how
+// long a wait may last before it is a failure (WaitLimit, and Context for calls that take
+// a context), how to tell whether the machine is too busy for a test that depends on
+// timing, whether the race detector is on (Race), and test data (Pattern, Fill).
 //
 // The rules every test follows: a test waits for a condition, never for a time; the only
 // clocks in a test are failure guards (WaitLimit), generous enough for a machine that is

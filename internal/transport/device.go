@@ -83,10 +83,7 @@ type Device struct {
 	v4    bool
 	tap   *tap // its writer is nil when the device has no tap
 	epoch time.Time
-	// ackDelay is how long (ns) a receive path polled by a consumer holds an ACK back for
-	// it to ride along with the consumer's next send (defaultAckDelay; tests that must
-	// see an ACK held lengthen it).
-	ackDelay atomic.Int64
+	bare  *bareIO // a device without sockets (the role tests'); nil when opened on sockets
 
 	mrs *tpt.Table
 
@@ -152,44 +149,10 @@ const (
 
 // Open creates the device and starts its receive and timer goroutines.
 func Open(cfg Config) (*Device, error) {
-	if wire.MTUBytes(cfg.MTU) == 0 {
-		cfg.MTU = wire.MTU4096
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Window <= 0 {
-		cfg.Window = DefaultWindow
-	}
-	if cfg.Window > 1<<22 {
-		return nil, errors.New("transport: window larger than 2^22 PSNs")
-	}
-	if cfg.AckReqEvery < 0 {
-		cfg.AckReqEvery = 0
-	}
-	if cfg.ReadChunk <= 0 {
-		cfg.ReadChunk = DefaultReadChunk
-	}
-	if cfg.ReadChunk > min(cfg.Window, BaseWindow) {
-		cfg.ReadChunk = min(cfg.Window, BaseWindow) // a READ request fits in the smallest window
-	}
-	if cfg.MaxQP <= 0 {
-		cfg.MaxQP = DefaultMaxQP
-	}
-	cfg.MaxQP = min(cfg.MaxQP, ptab.Size-ptab.Quarantine-2) // the allocator needs room
-	if cfg.MaxMR <= 0 {
-		cfg.MaxMR = DefaultMaxMR
-	}
-	if cfg.RecvBatch <= 0 {
-		cfg.RecvBatch = 32
-	}
-	if cfg.BusyPoll == 0 {
-		cfg.BusyPoll = DefaultBusyPoll
-	}
-	if cfg.ReorderThreshold <= 0 {
-		cfg.ReorderThreshold = DefaultReorderThreshold
-	}
-	if cfg.LossProbe == 0 {
-		cfg.LossProbe = DefaultLossProbe
-	}
-	wire.PrepareIdentification()
 	tp := &tap{w: cfg.Tap}
 	nc := netio.Config{
 		Local: cfg.Local, SocketBuffer: cfg.SocketBuffer, DisableGSO: cfg.DisableGSO,
@@ -249,21 +212,77 @@ func Open(cfg Config) (*Device, error) {
 	// The window opens no further than the receive buffer holds, a packet per 8 KiB (the
 	// kernel charges a 4 KiB packet about that much).
 	rcv, _ := conn.SocketBuffers()
+	d := newDevice(cfg, conns, tp, rcv/8192)
+	for _, u := range d.queues {
+		d.wg.Add(2)
+		go u.rxLoop()
+		go u.timers.run()
+	}
+	return d, nil
+}
+
+// withDefaults returns cfg with every value left at zero set to its default, or an error
+// for a value out of range.
+func (cfg Config) withDefaults() (Config, error) {
+	if wire.MTUBytes(cfg.MTU) == 0 {
+		cfg.MTU = wire.MTU4096
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Window > 1<<22 {
+		return cfg, errors.New("transport: window larger than 2^22 PSNs")
+	}
+	if cfg.AckReqEvery < 0 {
+		cfg.AckReqEvery = 0
+	}
+	if cfg.ReadChunk <= 0 {
+		cfg.ReadChunk = DefaultReadChunk
+	}
+	if cfg.ReadChunk > min(cfg.Window, BaseWindow) {
+		cfg.ReadChunk = min(cfg.Window, BaseWindow) // a READ request fits in the smallest window
+	}
+	if cfg.MaxQP <= 0 {
+		cfg.MaxQP = DefaultMaxQP
+	}
+	cfg.MaxQP = min(cfg.MaxQP, ptab.Size-ptab.Quarantine-2) // the allocator needs room
+	if cfg.MaxMR <= 0 {
+		cfg.MaxMR = DefaultMaxMR
+	}
+	if cfg.RecvBatch <= 0 {
+		cfg.RecvBatch = 32
+	}
+	if cfg.BusyPoll == 0 {
+		cfg.BusyPoll = DefaultBusyPoll
+	}
+	if cfg.ReorderThreshold <= 0 {
+		cfg.ReorderThreshold = DefaultReorderThreshold
+	}
+	if cfg.LossProbe == 0 {
+		cfg.LossProbe = DefaultLossProbe
+	}
+	return cfg, nil
+}
+
+// newDevice builds the device on its receive queues' sockets, conns (one queue each),
+// bound to tp.local, with its tap tp; its window opens to at most maxWindow packets (what
+// the socket's receive buffer holds). It starts no goroutine.
+func newDevice(cfg Config, conns []*netio.Conn, tp *tap, maxWindow int) *Device {
+	wire.PrepareIdentification()
 	winBase := int32(min(cfg.Window, BaseWindow))
 	d := &Device{
 		winBase: winBase,
-		winMax:  max(winBase, int32(min(cfg.Window, rcv/8192))),
+		winMax:  max(winBase, int32(min(cfg.Window, maxWindow))),
 		cfg:     cfg,
-		conn:    conn,
-		local:   conn.LocalAddr(),
-		v4:      conn.LocalAddr().Addr().Is4(),
+		conn:    conns[0],
+		local:   tp.local,
+		v4:      tp.local.Addr().Is4(),
 		tap:     tp,
 		epoch:   time.Now(),
 		mrs:     tpt.New(cfg.MaxMR),
 		qpSet:   make(map[*QP]struct{}),
 		qpns:    ptab.NewAllocator(2, true), // QP0 and QP1 are reserved
 	}
-	d.ackDelay.Store(int64(defaultAckDelay))
 	d.qpMu.Rank, d.atomicMu.Rank = lockrank.QPTable, lockrank.Atomic
 	d.batches.init()
 	if d.acks = cfg.AckGroup; d.acks == nil {
@@ -277,12 +296,7 @@ func Open(cfg Config) (*Device, error) {
 		d.queues = append(d.queues, u)
 		d.acks.join(u)
 	}
-	for _, u := range d.queues {
-		d.wg.Add(2)
-		go u.rxLoop()
-		go u.timers.run()
-	}
-	return d, nil
+	return d
 }
 
 // MaxQueues is the most receive queues a device has (a CQ keeps the queues of its QPs as
@@ -311,9 +325,12 @@ func (d *Device) Close() error {
 		u.flushDeferred()
 		u.rxMu.Unlock()
 	}
-	err := d.conn.Close()
-	for _, u := range d.queues[1:] {
-		u.conn.Close()
+	var err error
+	if d.bare == nil { // a device without sockets has none to close
+		err = d.conn.Close()
+		for _, u := range d.queues[1:] {
+			u.conn.Close()
+		}
 	}
 	d.wg.Wait()
 	// After the receive goroutines: one still running could hold ACKs back again.
@@ -369,7 +386,14 @@ func (d *Device) QPCount() int {
 	return d.qpCount
 }
 
-func (d *Device) now() int64 { return int64(time.Since(d.epoch)) }
+// now returns the device time: nanoseconds since the device was opened (a device without
+// sockets: its test's clock).
+func (d *Device) now() int64 {
+	if d.bare != nil {
+		return d.bare.clock
+	}
+	return int64(time.Since(d.epoch))
+}
 
 func (d *Device) raise(e Event) {
 	if h := d.OnEvent; h != nil {

@@ -86,7 +86,7 @@ func (u *queue) rxReady() bool {
 			u.rxMu.Unlock()
 			return true
 		}
-		n, err := u.conn.Poll(u.rxBatch)
+		n, err := u.poll()
 		if err != nil {
 			u.rxMu.Unlock()
 			return errors.Is(err, netio.ErrClosed)
@@ -132,7 +132,7 @@ func (u *queue) progress() {
 	if !u.d.closed.Load() {
 		u.flushDeferred()
 		u.d.acks.flushOthers(u)
-		if n, _ := u.conn.Poll(u.rxBatch); n > 0 {
+		if n, _ := u.poll(); n > 0 {
 			u.processBatch(n)
 		} else if len(u.respList) > 0 {
 			u.finishBatch()
@@ -147,6 +147,15 @@ func (u *queue) progress() {
 	u.rxMu.Unlock()
 }
 
+// poll receives what is queued on the queue's socket into rxBatch, without waiting (rxMu
+// held). A device without sockets has none: its test feeds the receive path itself.
+func (u *queue) poll() (int, error) {
+	if u.d.bare != nil {
+		return 0, nil
+	}
+	return u.conn.Poll(u.rxBatch)
+}
+
 // drainReceive processes what waits in the socket before timers act (the timer
 // goroutine, no lock held): a retransmission timeout must not fire for an ACK that has
 // arrived but that the receive goroutine, starved of CPU on a machine busy with other
@@ -156,7 +165,7 @@ func (u *queue) drainReceive() {
 	u.rxMu.Lock()
 	defer u.rxMu.Unlock()
 	for i := 0; i < drainBatches && !u.d.closed.Load(); i++ {
-		n, err := u.conn.Poll(u.rxBatch)
+		n, err := u.poll()
 		if err != nil || n == 0 {
 			return
 		}
@@ -167,8 +176,8 @@ func (u *queue) drainReceive() {
 // drainBatches bounds drainReceive's work: a full socket is the receive goroutine's.
 const drainBatches = 8
 
-// defaultAckDelay bounds how long an ACK is held back for piggybacking (Device.ackDelay).
-const defaultAckDelay = 100 * time.Microsecond
+// ackDelay bounds how long an ACK is held back for piggybacking.
+const ackDelay = 100 * time.Microsecond
 
 // flushDeferred sends ACKs still held back (rxMu held).
 func (u *queue) flushDeferred() { u.flushDeferredOlder(0, false) }
@@ -180,7 +189,7 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 	if len(u.deferred) == 0 {
 		return
 	}
-	cutoff := u.d.now() - minAge + u.d.ackDelay.Load() // held since before now-minAge
+	cutoff := u.d.now() - minAge + int64(ackDelay) // held since before now-minAge
 	kept := u.deferred[:0]
 	for _, q := range u.deferred {
 		if !try {
@@ -336,7 +345,7 @@ func (u *queue) ackOutRelock(q *QP) {
 // flushOut sends what the receive path has built (rxMu held, no QP lock).
 func (u *queue) flushOut() {
 	if u.rxOut.Len() > 0 {
-		_ = u.d.conn.Send(u.rxOut)
+		u.d.send(u.rxOut)
 	}
 }
 
@@ -382,7 +391,7 @@ func (u *queue) finishBatch() {
 					// let the ACK ride along with that send (see requester.piggybackAck).
 					if !q.resp.ackDeferred {
 						q.resp.ackDeferred = true
-						q.resp.ackAt = u.d.now() + u.d.ackDelay.Load()
+						q.resp.ackAt = u.d.now() + int64(ackDelay)
 						u.deferred = append(u.deferred, q)
 						if len(u.deferred) == 1 {
 							u.d.acks.hold(u, true)

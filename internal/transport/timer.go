@@ -98,31 +98,7 @@ func (t *timerQueue) run() {
 	tm := time.NewTimer(time.Hour)
 	defer tm.Stop()
 	for {
-		t.mu.Lock()
-		now := t.u.d.now()
-		for len(t.h) > 0 && t.h[0].timerAt <= now {
-			t.due = append(t.due, heap.Pop(&t.h).(*QP))
-		}
-		wait := time.Hour
-		if len(t.h) > 0 {
-			wait = min(time.Duration(t.h[0].timerAt-now), tick)
-		}
-		due := t.due
-		t.mu.Unlock()
-		if t.lossDue(due) {
-			t.u.drainReceive()
-		}
-		for i, q := range due {
-			q.onTimer()
-			due[i] = nil
-		}
-		t.mu.Lock()
-		t.due = t.due[:0]
-		if len(t.h) > 0 {
-			wait = min(wait, time.Duration(t.h[0].timerAt-t.u.d.now()), tick)
-		}
-		t.mu.Unlock()
-		tm.Reset(max(wait, 0))
+		tm.Reset(max(t.expire(), 0))
 		select {
 		case <-tm.C:
 		case <-t.wake:
@@ -130,6 +106,36 @@ func (t *timerQueue) run() {
 			return
 		}
 	}
+}
+
+// expire runs the timers of the QPs whose deadlines have passed (no locks held) and
+// returns how long the timer goroutine may sleep before it looks again.
+func (t *timerQueue) expire() time.Duration {
+	t.mu.Lock()
+	now := t.u.d.now()
+	for len(t.h) > 0 && t.h[0].timerAt <= now {
+		t.due = append(t.due, heap.Pop(&t.h).(*QP))
+	}
+	wait := time.Hour
+	if len(t.h) > 0 {
+		wait = min(time.Duration(t.h[0].timerAt-now), tick)
+	}
+	due := t.due
+	t.mu.Unlock()
+	if t.lossDue(due) {
+		t.u.drainReceive()
+	}
+	for i, q := range due {
+		q.onTimer()
+		due[i] = nil
+	}
+	t.mu.Lock()
+	t.due = t.due[:0]
+	if len(t.h) > 0 {
+		wait = min(wait, time.Duration(t.h[0].timerAt-t.u.d.now()), tick)
+	}
+	t.mu.Unlock()
+	return wait
 }
 
 // lossDue reports whether one of the due QPs has a deadline due that declares a loss (a
@@ -160,7 +166,7 @@ func (q *QP) flushAckRelock() {
 	b := q.dev.getBatch()
 	q.resp.sendAck(b)
 	q.mu.Unlock()
-	_ = q.dev.conn.Send(b)
+	q.dev.send(b)
 	q.dev.putBatch(b)
 	q.mu.Lock()
 }

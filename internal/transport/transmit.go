@@ -49,6 +49,19 @@ func (q *QP) emitTo(b *netio.SendBatch, addr *netio.Addr, flow *wire.Flow, src i
 	b.End()
 	q.stats.TxPackets++
 	q.stats.TxBytes += uint64(len(hdr) + payLen + len(trailer))
+	if bare := q.dev.bare; bare != nil {
+		bare.emitted(addr.AP, hdr, pay, trailer)
+	}
+}
+
+// send hands the datagrams of b to the device's socket and resets b. (A device without
+// sockets drops them: its test captured each as it was emitted.)
+func (d *Device) send(b *netio.SendBatch) {
+	if d.bare != nil {
+		b.Reset()
+		return
+	}
+	_ = d.conn.Send(b)
 }
 
 // pushTxUnlock builds and sends the QP's pending requests in the calling goroutine, unless
@@ -68,7 +81,7 @@ func (q *QP) pushTxUnlock() {
 		full := q.svc.fill(b)
 		q.mu.Unlock()
 		if b.Len() > 0 {
-			_ = d.conn.Send(b)
+			d.send(b)
 		}
 		q.mu.Lock()
 		q.svc.transmitted()

@@ -143,3 +143,76 @@ func TestUDPostChecks(t *testing.T) {
 		t.Errorf("UD INIT without Q_Key: %v", err)
 	}
 }
+
+// udRig is a rig whose QP is a UD QP in RTS, Q_Key 0x11111111, first PSN 0x100.
+func udRig(t *testing.T) *qpRig {
+	cfg := newRigConfig(Ordered)
+	cfg.Service = ServiceUD
+	return newQPRig(t, cfg)
+}
+
+// TestUDDatagramPacketization: each UD work request is one datagram to its address
+// handle's address and QP, with the next PSN, a DETH with the Q_Key (the QP's own for a
+// controlled one) and this QP's number, the immediate and the solicited bit; the send
+// completes once the datagram was handed to the socket, with nothing to acknowledge it.
+func TestUDDatagramPacketization(t *testing.T) {
+	rg := udRig(t)
+	src, ms := rg.mem(4096)
+	copy(src, testutil.Pattern(4096, 8))
+	to := netip.MustParseAddrPort("192.0.2.77:4791")
+	ah, err := rg.d.NewAH(to)
+	must(t, err)
+	rg.post(SendWR{WRID: 1, Opcode: WRSendImm, Imm: 0xAB, Flags: FlagSignaled | FlagSolicited, AH: ah, RemoteQPN: 0x42, RemoteQKey: 0x7777, SG: []SGE{sge(ms, 0, 1000)}},
+		SendWR{WRID: 2, Opcode: WRSend, Flags: FlagSignaled, AH: ah, RemoteQPN: 0x43, RemoteQKey: 0x80000000, SG: []SGE{sge(ms, 0, 3), sge(ms, 100, 2)}})
+	p := rg.sent()
+	wantSent(t, p, 0x100, wire.OpUDSendOnlyImm, wire.OpUDSendOnly)
+	if p[0].to != to || p[0].BTH.DestQP != 0x42 || p[0].DETH != (wire.DETH{QKey: 0x7777, SrcQP: rg.qp.QPN()}) || p[0].Imm != 0xAB ||
+		!p[0].BTH.SE || !bytes.Equal(p[0].Payload, src[:1000]) {
+		t.Fatalf("first datagram to %v QP %#x, DETH %+v, imm %#x, SE %v", p[0].to, p[0].BTH.DestQP, p[0].DETH, p[0].Imm, p[0].BTH.SE)
+	}
+	if p[1].BTH.DestQP != 0x43 || p[1].DETH.QKey != 0x11111111 || !bytes.Equal(p[1].Payload, append(src[:3:3], src[100:102]...)) {
+		t.Fatalf("second datagram QP %#x, Q_Key %#x (want the QP's own), payload %x", p[1].BTH.DestQP, p[1].DETH.QKey, p[1].Payload)
+	}
+	c := polled(rg.scq)
+	wantStatuses(t, c, [2]uint64{1, 0}, [2]uint64{2, 0})
+	if c[0].Opcode != WCSend || c[0].ByteLen != 1000 {
+		t.Fatalf("send completion %+v", c[0])
+	}
+	// A work request whose memory failed its check at post time fails the QP, without a
+	// datagram.
+	rg.post(SendWR{WRID: 3, Opcode: WRSend, Flags: FlagSignaled, AH: ah, RemoteQPN: 0x42, RemoteQKey: 1,
+		SG: []SGE{{Addr: ms.IOVA(), Length: 8, LKey: ms.Key() ^ 0x100}}})
+	if p := rg.sent(); len(p) != 0 {
+		t.Fatalf("sent %v for a work request with a bad key", p)
+	}
+	wantCQE(t, polled(rg.scq), 3, StatusLocProtErr, WCSend)
+	if rg.qp.State() != StateErr {
+		t.Fatalf("state %v", rg.qp.State())
+	}
+}
+
+// TestUDReceiveErrors: what a UD QP makes of packets it does not take: an RC request or
+// a response is the wrong service (counted), a response for a PSN never sent dropped;
+// and a receive that fails locally (a buffer too small for GRH and payload) completes
+// with its error and moves the QP to ERR, as RC does.
+func TestUDReceiveErrors(t *testing.T) {
+	rg := udRig(t)
+	_, mb := rg.mem(4096)
+	ah, err := rg.d.NewAH(rigPeer)
+	must(t, err)
+	rg.post(SendWR{WRID: 1, Opcode: WRSend, AH: ah, RemoteQPN: 0x42, RemoteQKey: 1})
+	rg.sent()
+	rg.postRecv(5, sge(mb, 0, GRHLen+4))
+	rg.deliver(rigPkt{Op: wire.OpSendOnly, PSN: 1, Payload: []byte("rc")}, okAck(0x100), okAck(0x300))
+	if s := rg.qp.Stats(); s.WrongMode != 2 || s.Dropped != 1 {
+		t.Fatalf("RC request, response, response never sent: %+v", s)
+	}
+	udSend := func(n int) rigPkt {
+		return rigPkt{Op: wire.OpUDSendOnly, PSN: 7, DETH: wire.DETH{QKey: 0x11111111, SrcQP: 0x99}, Payload: make([]byte, n)}
+	}
+	rg.deliver(udSend(5))
+	c := wantCQE(t, polled(rg.rcq), 5, StatusLocLenErr, WCRecv)
+	if c.VendorErr != VendorLength || c.SrcQP != 0x99 || c.SrcPort != rigPeer.Port() || rg.qp.State() != StateErr {
+		t.Fatalf("receive completion %+v, state %v", c, rg.qp.State())
+	}
+}

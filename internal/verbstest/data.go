@@ -2,7 +2,6 @@ package verbstest
 
 import (
 	"bytes"
-	"encoding/binary"
 	"testing"
 
 	"github.com/softrnic/softrnic/verbs"
@@ -35,19 +34,6 @@ func MustPostRecv(t testing.TB, qp *verbs.QP, wrs ...verbs.RecvWR) {
 	if err := qp.PostRecv(wrs); err != nil {
 		t.Fatalf("PostRecv: %v", err)
 	}
-}
-
-// Pattern returns n pseudo-random bytes determined by seed.
-func Pattern(n int, seed uint64) []byte {
-	b := make([]byte, n+7)
-	x := seed*0x9E3779B97F4A7C15 + 1
-	for i := 0; i < n; i += 8 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		binary.LittleEndian.PutUint64(b[i:], x)
-	}
-	return b[:n:n]
 }
 
 // CheckBytes reports where got differs from want.

@@ -4,7 +4,7 @@
 // testutil.WaitLimit (never for a time: see internal/testutil).
 //
 //	a, b := verbstest.NewPair(t, verbstest.PairConfig{Link: verbstest.DefaultLink().InMode(verbs.OrderingWeak)})
-//	src := verbstest.MustReg(t, a.PD, verbstest.Pattern(4096, 1), 0)
+//	src := verbstest.MustReg(t, a.PD, testutil.Pattern(4096, 1), 0)
 //	dst := verbstest.MustReg(t, b.PD, make([]byte, 4096), verbstest.AllAccess)
 //	verbstest.MustPostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 //		SGList: verbstest.SGL(src, 0, 4096), RemoteAddr: dst.Addr(), RKey: dst.RKey()})
