@@ -17,3 +17,7 @@ func SetLink(c *Context, name string, mtu int) {
 
 // ActiveMTU is the active MTU a port derives from its link's MTU.
 var ActiveMTU = activeMTU
+
+// CQState reports whether cq is armed in the engine and how many completions it holds
+// (for tests' diagnostics).
+func CQState(cq *CQ) (armed bool, waiting int) { return cq.cq.Armed(), cq.cq.Len() }
