@@ -346,9 +346,12 @@ func (c *Context) ResetHandlerStats(id int) error {
 // post queues an event raised at time at for cq.
 func (h *handler) post(cq *CQ, at int64) {
 	h.mu.Lock()
+	// Counted before the event is queued, under the queue's lock: the handler's thread
+	// may take and dispatch it as soon as the lock is released, and pending must never
+	// fall behind the queue (a lower-priority handler would see no event waiting).
+	h.pending.Add(1)
 	h.queue = append(h.queue, handlerEvent{cq: cq, at: at})
 	h.mu.Unlock()
-	h.pending.Add(1)
 	h.events.Add(1)
 	h.wake.Unpark()
 	cq.ctx.dev.RequestYield()
@@ -423,8 +426,14 @@ func (h *handler) dispatch(ev *handlerEvent) {
 	h.inCall.Store(nil)
 }
 
+// maxPriorityWait is how long a handler waits, at most, for higher-priority handlers to
+// take their events before it dispatches one of its own: a higher-priority handler whose
+// thread does not get a CPU (pinned to a busy one, say) must not hold the others up.
+const maxPriorityWait = time.Millisecond
+
 // yieldToHigher lets every higher-priority handler that has events waiting, and is not
-// running its function already, take them before h dispatches its next event.
+// running its function already, take them before h dispatches its next event (waiting
+// maxPriorityWait at most).
 func (c *Context) yieldToHigher(h *handler) {
 	var deadline int64
 	for _, o := range c.handlerSet().byPrio {
@@ -434,10 +443,14 @@ func (c *Context) yieldToHigher(h *handler) {
 		for n := 0; o.pending.Load() > 0 && o.inCall.Load() == nil && o.accepting(); n++ {
 			if n%64 == 63 {
 				// Never wait long for a handler that cannot run.
+				limit := c.priorityWait.Load()
+				if limit == 0 {
+					limit = int64(maxPriorityWait)
+				}
 				now := nanotime()
 				if deadline == 0 {
-					deadline = now + int64(time.Millisecond)
-				} else if now > deadline {
+					deadline = now + limit
+				} else if limit > 0 && now > deadline {
 					return
 				}
 			}
