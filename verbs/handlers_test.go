@@ -446,8 +446,11 @@ type armedCQ struct {
 	armed  atomic.Bool  // armed, its event not handled yet
 	got    atomic.Int64 // completions handled
 	dup    atomic.Int32 // events without an arming
-	failed atomic.Value // what went wrong (string)
+	failed atomic.Value // what went wrong first (string)
 }
+
+// fail records what went wrong, unless something did before.
+func (r *armedCQ) fail(what string) { r.failed.CompareAndSwap(nil, what) }
 
 // armedBatch is how many completions one poll of armedCQ takes.
 const armedBatch = 32
@@ -466,7 +469,7 @@ func (r *armedCQ) handle(cq *verbs.CQ) {
 	// Before the arm: its event may be handled at once, by another call.
 	r.armed.Store(true)
 	if err := cq.ReqNotifyCQ(false); err != nil {
-		r.failed.Store(err.Error())
+		r.fail(err.Error())
 	}
 	// Completions that came between the drain and the arm raise no event: take them all,
 	// however many polls that needs. (Taking one poll's worth and leaving the rest to the
@@ -487,7 +490,7 @@ func (r *armedCQ) drain(cq *verbs.CQ, wc []verbs.WorkCompletion) {
 func (r *armedCQ) took(wcs []verbs.WorkCompletion) {
 	for _, w := range wcs {
 		if w.Status != verbs.WCSuccess {
-			r.failed.Store(fmt.Sprintf("completion %+v", w))
+			r.fail(fmt.Sprintf("receive completion %+v", w))
 		}
 		if r.qp != nil {
 			_ = r.qp.PostRecv([]verbs.RecvWR{{WRID: w.WRID, SGList: sge(r.dst, int(w.WRID)*64, 64)}})
@@ -629,13 +632,18 @@ func TestHandlerRebindUnderLoad(t *testing.T) {
 			for done < perQP {
 				for sent < perQP && sent-done < 64 {
 					if err := c.a.qp.PostSend([]verbs.SendWR{{WRID: uint64(sent), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(c.src, 0, 32)}}); err != nil {
-						c.failed.Store(err.Error())
+						c.fail(err.Error())
 						return
 					}
 					sent++
 					c.sent.Store(int64(sent))
 				}
 				n := c.a.scq.PollCQ(wc)
+				for _, w := range wc[:n] {
+					if w.Status != verbs.WCSuccess {
+						c.fail(fmt.Sprintf("send completion %+v", w))
+					}
+				}
 				done += n
 				c.done.Store(int64(done))
 				if n == 0 {
