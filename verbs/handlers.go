@@ -28,15 +28,16 @@ import (
 // set its thread is pinned to those CPUs (sched_setaffinity). Its priority decides
 // dispatch order: before it calls its function for an event, a handler lets every
 // higher-priority handler with events waiting (and not already running its function) go
-// first. Lower priorities also run at higher nice values — the highest priority level at
-// nice 0, the lowest at 5, the levels between spread evenly — so that when handlers share
-// a CPU, the kernel favours a higher-priority handler when it wakes. The spread stops at 5
-// on purpose: a handler function takes the engine's locks briefly (PollCQ, PostRecv), and
-// a thread at nice 19 preempted while holding one, on a machine whose CPUs are saturated,
-// can stall the device's receive path long enough for peers to time out (priority
-// inversion). Measured with bench/cmd/cqbench, latency isolation is as good at 5 as at 19.
-// RealTime puts a handler under SCHED_FIFO instead (where the process is allowed to),
-// ahead of every ordinary thread.
+// first, waiting a millisecond at most for one whose thread gets no CPU. Lower priorities
+// also run at higher nice values — the highest priority level at nice 0, the lowest at 5,
+// the levels between spread evenly — so that when handlers share a CPU, the kernel favours
+// a higher-priority handler when it wakes. The spread stops at 5 on purpose: a handler
+// function takes the engine's locks briefly (PollCQ, PostRecv), and a thread at nice 19
+// preempted while holding one, on a machine whose CPUs are saturated, can stall the
+// device's receive path long enough for peers to time out (priority inversion). Measured
+// with bench/cmd/cqbench, latency isolation is as good at 5 as at 19. RealTime puts a
+// handler under SCHED_FIFO instead (where the process is allowed to), ahead of every
+// ordinary thread.
 
 // lowestNice is the nice value of the lowest priority level when handlers' priorities differ.
 const lowestNice = 5
