@@ -208,7 +208,9 @@ func (cq *CQ) route(at int64, from *handler) {
 type CQAttr struct {
 	// Handler re-binds the CQ to a completion handler, or removes the binding
 	// (NoHandler). Events raised from then on go to the new handler; one already queued
-	// to the old handler is still handled there, once.
+	// to the old handler is still handled there, once. So the CQ's function may run on
+	// both at once for a while (the old handler's call still draining the CQ as the new
+	// one's begins): calls for one CQ may overlap.
 	Handler int
 	// ModerationCount and ModerationPeriod coalesce events (ibv_modify_cq's cq_count and
 	// cq_period): an armed CQ raises its event once ModerationCount matching completions
@@ -391,7 +393,10 @@ func (cq *CQ) poll(wc []WorkCompletion) int {
 //	}
 //
 // (a completion that arrives between the last empty poll and the arm raises no event; the
-// poll after the arm finds it. An event may then still come for it: harmless.)
+// poll after the arm finds it. An event may then still come for it: harmless. Those polls
+// after the arm go on until the CQ is empty: a function that handles one poll's worth and
+// leaves the rest to the arm strands them, since only a completion that arrives after the
+// arm raises its event.)
 func (cq *CQ) ReqNotifyCQ(solicitedOnly bool) error {
 	if cq.destroyed.Load() {
 		return fmt.Errorf("verbs: ReqNotifyCQ: %w", ErrClosed)

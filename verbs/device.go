@@ -209,6 +209,10 @@ type Context struct {
 
 	hs    atomic.Pointer[handlerSet] // completion handlers
 	cqSet map[*CQ]struct{}           // the device's CQs (guarded by mu), to unbind a removed handler's
+	// priorityWait bounds how long a handler waits for a higher-priority one to take its
+	// events (yieldToHigher), in ns: 0 is maxPriorityWait, a negative value no bound (a
+	// test's setting, where the order must not depend on how promptly threads run).
+	priorityWait atomic.Int64
 }
 
 // ackGroup is shared by the devices of the process: a goroutine polling one of them also

@@ -17,3 +17,12 @@ func SetLink(c *Context, name string, mtu int) {
 
 // ActiveMTU is the active MTU a port derives from its link's MTU.
 var ActiveMTU = activeMTU
+
+// CQState reports whether cq is armed in the engine and how many completions it holds
+// (for tests' diagnostics).
+func CQState(cq *CQ) (armed bool, waiting int) { return cq.cq.Armed(), cq.cq.Len() }
+
+// WaitForHigherPriority makes c's handlers wait for higher-priority ones with events as
+// long as it takes (not maxPriorityWait at most), so that dispatch order depends on
+// priorities alone, not on how promptly the kernel runs the handlers' threads.
+func WaitForHigherPriority(c *Context) { c.priorityWait.Store(-1) }

@@ -28,15 +28,16 @@ import (
 // set its thread is pinned to those CPUs (sched_setaffinity). Its priority decides
 // dispatch order: before it calls its function for an event, a handler lets every
 // higher-priority handler with events waiting (and not already running its function) go
-// first. Lower priorities also run at higher nice values — the highest priority level at
-// nice 0, the lowest at 5, the levels between spread evenly — so that when handlers share
-// a CPU, the kernel favours a higher-priority handler when it wakes. The spread stops at 5
-// on purpose: a handler function takes the engine's locks briefly (PollCQ, PostRecv), and
-// a thread at nice 19 preempted while holding one, on a machine whose CPUs are saturated,
-// can stall the device's receive path long enough for peers to time out (priority
-// inversion). Measured with bench/cmd/cqbench, latency isolation is as good at 5 as at 19.
-// RealTime puts a handler under SCHED_FIFO instead (where the process is allowed to),
-// ahead of every ordinary thread.
+// first, waiting a millisecond at most for one whose thread gets no CPU. Lower priorities
+// also run at higher nice values — the highest priority level at nice 0, the lowest at 5,
+// the levels between spread evenly — so that when handlers share a CPU, the kernel favours
+// a higher-priority handler when it wakes. The spread stops at 5 on purpose: a handler
+// function takes the engine's locks briefly (PollCQ, PostRecv), and a thread at nice 19
+// preempted while holding one, on a machine whose CPUs are saturated, can stall the
+// device's receive path long enough for peers to time out (priority inversion). Measured
+// with bench/cmd/cqbench, latency isolation is as good at 5 as at 19. RealTime puts a
+// handler under SCHED_FIFO instead (where the process is allowed to), ahead of every
+// ordinary thread.
 
 // lowestNice is the nice value of the lowest priority level when handlers' priorities differ.
 const lowestNice = 5
@@ -346,9 +347,12 @@ func (c *Context) ResetHandlerStats(id int) error {
 // post queues an event raised at time at for cq.
 func (h *handler) post(cq *CQ, at int64) {
 	h.mu.Lock()
+	// Counted before the event is queued, under the queue's lock: the handler's thread
+	// may take and dispatch it as soon as the lock is released, and pending must never
+	// fall behind the queue (a lower-priority handler would see no event waiting).
+	h.pending.Add(1)
 	h.queue = append(h.queue, handlerEvent{cq: cq, at: at})
 	h.mu.Unlock()
-	h.pending.Add(1)
 	h.events.Add(1)
 	h.wake.Unpark()
 	cq.ctx.dev.RequestYield()
@@ -423,8 +427,14 @@ func (h *handler) dispatch(ev *handlerEvent) {
 	h.inCall.Store(nil)
 }
 
+// maxPriorityWait is how long a handler waits, at most, for higher-priority handlers to
+// take their events before it dispatches one of its own: a higher-priority handler whose
+// thread does not get a CPU (pinned to a busy one, say) must not hold the others up.
+const maxPriorityWait = time.Millisecond
+
 // yieldToHigher lets every higher-priority handler that has events waiting, and is not
-// running its function already, take them before h dispatches its next event.
+// running its function already, take them before h dispatches its next event (waiting
+// maxPriorityWait at most).
 func (c *Context) yieldToHigher(h *handler) {
 	var deadline int64
 	for _, o := range c.handlerSet().byPrio {
@@ -434,10 +444,14 @@ func (c *Context) yieldToHigher(h *handler) {
 		for n := 0; o.pending.Load() > 0 && o.inCall.Load() == nil && o.accepting(); n++ {
 			if n%64 == 63 {
 				// Never wait long for a handler that cannot run.
+				limit := c.priorityWait.Load()
+				if limit == 0 {
+					limit = int64(maxPriorityWait)
+				}
 				now := nanotime()
 				if deadline == 0 {
-					deadline = now + int64(time.Millisecond)
-				} else if now > deadline {
+					deadline = now + limit
+				} else if limit > 0 && now > deadline {
 					return
 				}
 			}
