@@ -126,7 +126,7 @@ func TestNoListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, d := range []*verbs.Context{db, dc} {
+	for _, d := range []*verbs.Device{db, dc} {
 		a := newEndpoint(t, da, 0)
 		p := fast(nil)
 		_, err := Dial(testutil.Context(t), da, remote(d, p), a.QP, p)

@@ -56,7 +56,7 @@ func InitQP(qp *verbs.QP, access verbs.AccessFlags) error {
 }
 
 // checkQP checks that qp is an RC QP of dev in RESET or INIT.
-func checkQP(dev *verbs.Context, qp *verbs.QP) error {
+func checkQP(dev *verbs.Device, qp *verbs.QP) error {
 	if qp == nil {
 		return fmt.Errorf("cm: nil QP")
 	}
@@ -76,7 +76,7 @@ func checkQP(dev *verbs.Context, qp *verbs.QP) error {
 // requestManager checks what Dial and ResolveUD are given alike, the private data (at
 // most max bytes: what, a connect or a resolution, carries no more) and the remote
 // address, and returns dev's connection manager. op names the caller in errors.
-func requestManager(dev *verbs.Context, op string, remote netip.AddrPort, private []byte, max int, what string) (*manager, error) {
+func requestManager(dev *verbs.Device, op string, remote netip.AddrPort, private []byte, max int, what string) (*manager, error) {
 	if len(private) > max {
 		return nil, fmt.Errorf("%w: %d bytes, %s carries at most %d", ErrPrivateData, len(private), what, max)
 	}
@@ -122,7 +122,7 @@ func (m *manager) takeREQSlot(ctx context.Context) error {
 // a *RejectError (errors.Is ErrRejected, ErrNoListener for no listener), ErrTimeout
 // (no answer after the retries), the context's error, or a check of the arguments. On
 // error the QP is left in INIT (reject, timeout, cancellation) and may dial again.
-func Dial(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, qp *verbs.QP, p *DialParams) (*Conn, error) {
+func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *verbs.QP, p *DialParams) (*Conn, error) {
 	if p == nil {
 		p = &DialParams{}
 	}

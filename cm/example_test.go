@@ -15,19 +15,19 @@ import (
 // address and rkey travel in the accept's private data; the client then writes into the
 // server's memory with RDMA WRITE and tells it with a SEND, then disconnects.
 func Example() {
-	open := func(ip string) (*verbs.Context, *verbs.PD, *verbs.CQ, *verbs.QP) {
-		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort})
+	open := func(ip string) (*verbs.Device, *verbs.PD, *verbs.CQ, *verbs.QP) {
+		dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort})
 		if err != nil {
 			panic(err)
 		}
-		pd, _ := ctx.AllocPD()
-		cq, _ := ctx.CreateCQ(64, nil, 0)
+		pd, _ := dev.AllocPD()
+		cq, _ := dev.CreateCQ(64, nil, 0)
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			panic(err)
 		}
-		return ctx, pd, cq, qp
+		return dev, pd, cq, qp
 	}
 	poll := func(cq *verbs.CQ) verbs.WorkCompletion {
 		wc := make([]verbs.WorkCompletion, 1)

@@ -64,7 +64,7 @@ func TestFaults(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, m := range []*verbs.Context{da, db} {
+	for _, m := range []*verbs.Device{da, db} {
 		mgr, _ := managerFor(m)
 		verbstest.WaitUntil(t, "every connection forgotten after time-wait", func() bool {
 			mgr.mu.Lock()
@@ -150,7 +150,7 @@ func TestSourcePortByPeerKind(t *testing.T) {
 	handshake(t, a, b, fast(nil), nil)
 	for _, c := range []struct {
 		e    *endpoint
-		peer *verbs.Context
+		peer *verbs.Device
 	}{{a, db}, {b, da}} {
 		if attr, _ := c.e.QP.QueryQP(); attr.AHAttr.SrcPort != c.peer.Addr().Port() {
 			t.Errorf("softrnic peers: QP %#x accepts source port %d, want the peer device's %d", c.e.QP.QPNum(), attr.AHAttr.SrcPort, c.peer.Addr().Port())

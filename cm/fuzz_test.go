@@ -115,7 +115,7 @@ func FuzzHandleMAD(f *testing.F) {
 }
 
 // fuzzDevice opens the one device the fuzz target's QPs live on.
-func fuzzDevice(f *testing.F) (*verbs.Context, *verbs.PD, *verbs.CQ) {
+func fuzzDevice(f *testing.F) (*verbs.Device, *verbs.PD, *verbs.CQ) {
 	fuzzDev.once.Do(func() {
 		d, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: verbstest.IPA, Port: verbs.AnyPort, Faults: &verbs.Faults{}})
 		if err != nil {
@@ -136,7 +136,7 @@ func fuzzDevice(f *testing.F) (*verbs.Context, *verbs.PD, *verbs.CQ) {
 
 var fuzzDev struct {
 	once sync.Once
-	dev  *verbs.Context
+	dev  *verbs.Device
 	pd   *verbs.PD
 	cq   *verbs.CQ
 	err  error

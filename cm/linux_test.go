@@ -23,7 +23,7 @@ var (
 )
 
 // recordedManager installs a manager for dev whose QP1 records instead of sending.
-func recordedManager(t *testing.T, dev *verbs.Context) (*manager, *recordPort) {
+func recordedManager(t *testing.T, dev *verbs.Device) (*manager, *recordPort) {
 	t.Helper()
 	port := &recordPort{local: dev.Addr()}
 	m := newManager(dev, port)

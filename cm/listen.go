@@ -21,7 +21,7 @@ type Listener struct {
 
 // Listen starts taking connection requests for port (the service ID 0x01060000 | port, as
 // rdma_cm's TCP port space) at dev. A port has one listener per device.
-func Listen(dev *verbs.Context, port uint16) (*Listener, error) {
+func Listen(dev *verbs.Device, port uint16) (*Listener, error) {
 	return addListener(dev, port, "Listen", "",
 		func(m *manager) map[uint16]*Listener { return m.listeners },
 		func(m *manager) *Listener {
@@ -33,7 +33,7 @@ func Listen(dev *verbs.Context, port uint16) (*Listener, error) {
 // of one port space of dev's connection manager (table, read with mu held): what Listen
 // and ListenUD share. A port has one listener per device and port space; op names the
 // caller and space the port space ("UDP " or "") in errors.
-func addListener[L comparable](dev *verbs.Context, port uint16, op, space string,
+func addListener[L comparable](dev *verbs.Device, port uint16, op, space string,
 	table func(*manager) map[uint16]L, newL func(*manager) L) (L, error) {
 	var none L
 	m, err := managerFor(dev)

@@ -36,7 +36,7 @@ const (
 // goroutine, timers in their own, API calls in the caller's; none of them blocks while
 // holding mu (sends on QP1 and QP modifications are quick and do not wait for the peer).
 type manager struct {
-	dev   *verbs.Context
+	dev   *verbs.Device
 	port  gsiport.Port
 	local netip.AddrPort
 	guid  uint64 // the device's CA GUID in REQ and REP (random per device)
@@ -82,11 +82,11 @@ type Stats struct {
 
 var (
 	managersMu sync.Mutex
-	managers   = map[*verbs.Context]*manager{}
+	managers   = map[*verbs.Device]*manager{}
 )
 
 // managerFor returns the device's connection manager, claiming its QP1 on first use.
-func managerFor(dev *verbs.Context) (*manager, error) {
+func managerFor(dev *verbs.Device) (*manager, error) {
 	if dev == nil {
 		return nil, errors.New("cm: nil device")
 	}
@@ -107,7 +107,7 @@ func managerFor(dev *verbs.Context) (*manager, error) {
 	return m, nil
 }
 
-func newManager(dev *verbs.Context, port gsiport.Port) *manager {
+func newManager(dev *verbs.Device, port gsiport.Port) *manager {
 	return &manager{dev: dev, port: port, local: port.LocalAddr(), guid: randUint64() | 1,
 		reqSlots: make(chan struct{}, MaxREQInFlight),
 		ids:      map[uint32]*conn{}, byRemote: map[remoteKey]*conn{}, byQP: map[remoteKey]*conn{},
@@ -115,7 +115,7 @@ func newManager(dev *verbs.Context, port gsiport.Port) *manager {
 }
 
 // Counters returns the counters of dev's connection manager (zero if it has none).
-func Counters(dev *verbs.Context) Stats {
+func Counters(dev *verbs.Device) Stats {
 	managersMu.Lock()
 	m := managers[dev]
 	managersMu.Unlock()

@@ -24,13 +24,13 @@ func fast(data []byte) *DialParams {
 	return &DialParams{PrivateData: data, ResponseTimeout: 100 * time.Millisecond, MaxRetries: 15}
 }
 
-func devs(t *testing.T, cfg verbs.DeviceConfig) (a, b *verbs.Context) {
+func devs(t *testing.T, cfg verbs.DeviceConfig) (a, b *verbs.Device) {
 	t.Helper()
 	return verbstest.OpenDevice(t, verbstest.IPA, cfg), verbstest.OpenDevice(t, verbstest.IPB, cfg)
 }
 
 // remote is the service address of b's listener, with b's UDP port in p.
-func remote(b *verbs.Context, p *DialParams) netip.AddrPort {
+func remote(b *verbs.Device, p *DialParams) netip.AddrPort {
 	p.DevicePort = b.Addr().Port()
 	return netip.AddrPortFrom(b.Addr().Addr(), testPort)
 }
@@ -42,7 +42,7 @@ type endpoint struct {
 	mr  *verbs.MR
 }
 
-func newEndpoint(t testing.TB, ctx *verbs.Context, recvs int) *endpoint {
+func newEndpoint(t testing.TB, ctx *verbs.Device, recvs int) *endpoint {
 	t.Helper()
 	s := verbstest.NewSide(t, ctx, verbstest.SideConfig{Cap: verbstest.DefaultCap, CQE: 1024})
 	e := &endpoint{Side: s, buf: make([]byte, 4096)}
@@ -151,7 +151,7 @@ func acceptEach(t *testing.T, l *Listener, n int, qp func(i int) (*verbs.QP, err
 
 // dialEach dials b's listener from every QP at once and returns the connections in the
 // QPs' order, failing the test on any error.
-func dialEach(t *testing.T, a, b *verbs.Context, qps []*verbs.QP, params func() *DialParams) []*Conn {
+func dialEach(t *testing.T, a, b *verbs.Device, qps []*verbs.QP, params func() *DialParams) []*Conn {
 	t.Helper()
 	conns := make([]*Conn, len(qps))
 	errs := make([]error, len(qps))
@@ -188,7 +188,7 @@ func collect(t *testing.T, accepted <-chan *Conn, n int) []*Conn {
 
 // injectREQ hands m (the manager of device to) a ConnectRequest as if it came from src,
 // with the rdma_cm header naming both addresses.
-func injectREQ(m *manager, src netip.AddrPort, to *verbs.Context, req *mad.REQ) {
+func injectREQ(m *manager, src netip.AddrPort, to *verbs.Device, req *mad.REQ) {
 	h := mad.CMAHeader{SrcPort: 1, Src: src.Addr(), Dst: to.Addr().Addr()}
 	h.Put(req.PrivateData[:])
 	var b [mad.Size]byte

@@ -80,7 +80,7 @@ type SIDRStats struct {
 }
 
 // SIDRCounters returns the SIDR counters of dev's connection manager (zero if it has none).
-func SIDRCounters(dev *verbs.Context) SIDRStats {
+func SIDRCounters(dev *verbs.Device) SIDRStats {
 	managersMu.Lock()
 	m := managers[dev]
 	managersMu.Unlock()
@@ -188,7 +188,7 @@ type sidrOut struct {
 // retries), the context's error, ErrClosed, or a check of the arguments. At most
 // MaxREQInFlight requests (connection requests and resolutions together) wait for an
 // answer per device; more wait their turn.
-func ResolveUD(ctx context.Context, dev *verbs.Context, remote netip.AddrPort, p *ResolveParams) (*UDRemote, error) {
+func ResolveUD(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, p *ResolveParams) (*UDRemote, error) {
 	if p == nil {
 		p = &ResolveParams{}
 	}
@@ -334,7 +334,7 @@ type UDListener struct {
 // ListenUD starts taking resolution requests for port (the service ID 0x01110000 | port,
 // as rdma_cm's UDP port space) at dev. A port has one UD listener per device; the UDP
 // and TCP port spaces are apart, as in rdma_cm (Listen and ListenUD may take one port).
-func ListenUD(dev *verbs.Context, port uint16) (*UDListener, error) {
+func ListenUD(dev *verbs.Device, port uint16) (*UDListener, error) {
 	return addListener(dev, port, "ListenUD", "UDP ",
 		func(m *manager) map[uint16]*UDListener { return m.sidrs().listeners },
 		func(m *manager) *UDListener {
@@ -556,7 +556,7 @@ func readyUDQP(qp *verbs.QP) error {
 }
 
 // checkUDQP checks that qp is a UD QP of dev.
-func checkUDQP(dev *verbs.Context, qp *verbs.QP) error {
+func checkUDQP(dev *verbs.Device, qp *verbs.QP) error {
 	if qp == nil {
 		return fmt.Errorf("cm: nil QP")
 	}

@@ -17,14 +17,14 @@ const testUDPort = 7174 // udaddy's
 
 // udEnd is a UD QP in RTS with Q_Key UDPQKey, its CQ and a registered buffer.
 type udEnd struct {
-	ctx *verbs.Context
+	ctx *verbs.Device
 	pd  *verbs.PD
 	cq  *verbs.CQ
 	qp  *verbs.QP
 	mr  *verbs.MR
 }
 
-func newUDEnd(t *testing.T, ctx *verbs.Context) *udEnd {
+func newUDEnd(t *testing.T, ctx *verbs.Device) *udEnd {
 	t.Helper()
 	pd, err := ctx.AllocPD()
 	if err != nil {
@@ -156,7 +156,7 @@ func TestResolveUDRefused(t *testing.T) {
 // sidrRig is a manager whose QP1 records what it sends (the requester side or the
 // listener side), for driving the SIDR state machine MAD by MAD.
 type sidrRig struct {
-	dev  *verbs.Context
+	dev  *verbs.Device
 	m    *manager
 	port *recordPort
 }

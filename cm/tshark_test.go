@@ -38,7 +38,7 @@ func (p *tapPort) SendMAD(dst netip.AddrPort, qpn uint32, m []byte) error {
 }
 
 // tap installs a connection manager on dev whose sends are recorded into frames.
-func tap(t *testing.T, dev *verbs.Context, mu *sync.Mutex, frames *[][]byte) {
+func tap(t *testing.T, dev *verbs.Device, mu *sync.Mutex, frames *[][]byte) {
 	t.Helper()
 	port, err := gsiport.Lookup(dev)
 	if err != nil {

@@ -85,8 +85,8 @@ func cmCapture(t *testing.T, ctx context.Context, vm *rxevm.VM) (check func(want
 
 // hostDevice opens a softrnic device at the host's address (UDP 4791, where a standard
 // peer sends) in the VM's namespace, with a CM listener on port 7471.
-func hostDevice(t *testing.T, vm *rxevm.VM) (*verbs.Context, *cm.Listener) {
-	var dev *verbs.Context
+func hostDevice(t *testing.T, vm *rxevm.VM) (*verbs.Device, *cm.Listener) {
+	var dev *verbs.Device
 	var l *cm.Listener
 	err := vm.InNamespace(func() (err error) {
 		if dev, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: vm.Info().HostAddr}); err != nil {
@@ -110,7 +110,7 @@ type ucmQP struct {
 	send *verbs.MR
 }
 
-func newUCMQP(t *testing.T, dev *verbs.Context) *ucmQP {
+func newUCMQP(t *testing.T, dev *verbs.Device) *ucmQP {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -327,4 +327,4 @@ func jsonCounter(out, name string) int {
 }
 
 // cmStats formats dev's CM counters for a log.
-func cmStats(dev *verbs.Context) string { return fmt.Sprintf("%+v", cm.Counters(dev)) }
+func cmStats(dev *verbs.Device) string { return fmt.Sprintf("%+v", cm.Counters(dev)) }

@@ -21,7 +21,7 @@ func TestDeviceMTU(t *testing.T) {
 // port with the link and with rxe0's active MTU.
 func checkDeviceMTU(t *testing.T, vm *rxevm.VM) {
 	in := vm.Info()
-	var dev *verbs.Context
+	var dev *verbs.Device
 	err := vm.InNamespace(func() (err error) {
 		dev, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: in.HostAddr, Port: verbs.AnyPort})
 		return err

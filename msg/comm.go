@@ -37,7 +37,7 @@ type Comm struct {
 	job  uint64
 	book []netip.AddrPort
 
-	dev *verbs.Context
+	dev *verbs.Device
 	pd  *verbs.PD
 	cq  *verbs.CQ
 	ch  *verbs.CompChannel
@@ -161,7 +161,7 @@ func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.size }
 
 // Device is the rank's device.
-func (c *Comm) Device() *verbs.Context { return c.dev }
+func (c *Comm) Device() *verbs.Device { return c.dev }
 
 // peer returns the state of rank r, creating it (its QP and first rings) on first use.
 func (c *Comm) peer(r int) (*peer, error) {

@@ -9,7 +9,7 @@ import (
 )
 
 type benchPair struct {
-	ctx      [2]*verbs.Context
+	ctx      [2]*verbs.Device
 	cq       [2]*verbs.CQ
 	qp       [2]*verbs.QP
 	mr       [2]*verbs.MR

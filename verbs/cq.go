@@ -114,7 +114,7 @@ type WorkCompletion struct {
 
 // CQ is a completion queue (ibv_cq).
 type CQ struct {
-	ctx     *Context
+	ctx     *Device
 	cq      *transport.CQ
 	channel *CompChannel
 
@@ -134,7 +134,7 @@ type CQ struct {
 // binds it to a completion handler, in [0, NumCompVectors), or is NoHandler. Its events
 // go to that handler's function when one is registered (SetCompletionHandler), and
 // otherwise to channel (may be nil).
-func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, error) {
+func (c *Device) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, error) {
 	if cqe < 1 || cqe > maxCQE {
 		return nil, fmt.Errorf("verbs: CreateCQ: %w: cqe %d not in 1..%d", ErrInvalid, cqe, maxCQE)
 	}
@@ -303,7 +303,7 @@ func (cq *CQ) QueryCQ() CQAttr {
 }
 
 // Context returns the device the CQ belongs to.
-func (cq *CQ) Context() *Context { return cq.ctx }
+func (cq *CQ) Context() *Device { return cq.ctx }
 
 // pollChunk is how many completions PollCQ moves per step (on the stack, so polling
 // allocates nothing).
@@ -464,7 +464,7 @@ func (cq *CQ) DestroyCQ() error {
 
 // CompChannel is a completion channel (ibv_comp_channel): armed CQs report events to it.
 type CompChannel struct {
-	ctx   *Context
+	ctx   *Device
 	mu    sync.Mutex
 	q     []*CQ
 	ready chan struct{}
@@ -474,7 +474,7 @@ type CompChannel struct {
 }
 
 // CreateCompChannel creates a completion channel.
-func (c *Context) CreateCompChannel() (*CompChannel, error) {
+func (c *Device) CreateCompChannel() (*CompChannel, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(); err != nil {

@@ -187,8 +187,8 @@ type DeviceAttr struct {
 	NumQueues int
 }
 
-// Context is an open software RDMA device (ibv_context).
-type Context struct {
+// Device is an open software RDMA device (ibv_context).
+type Device struct {
 	dev  *transport.Device
 	pcap *pcap.Writer // the packet capture the device opened (PcapFile, PcapEnv), if any
 	attr DeviceAttr
@@ -221,7 +221,7 @@ var ackGroup = transport.NewAckGroup()
 
 // OpenDevice opens a software RDMA device: a UDP socket on cfg.Addr and cfg.Port with
 // its own receive goroutine and timers.
-func OpenDevice(cfg DeviceConfig) (*Context, error) {
+func OpenDevice(cfg DeviceConfig) (*Device, error) {
 	addr := cfg.Addr
 	if !addr.IsValid() {
 		addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
@@ -270,7 +270,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 	case cfg.NumCompVectors > 0 && cfg.NumCompVectors != len(hcfg):
 		return nil, fmt.Errorf("verbs: open device: %w: NumCompVectors %d but %d CompletionHandlers", ErrInvalid, cfg.NumCompVectors, len(hcfg))
 	}
-	c := &Context{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{}), cqSet: map[*CQ]struct{}{}}
+	c := &Device{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{}), cqSet: map[*CQ]struct{}{}}
 	if err := c.setupHandlers(hcfg); err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func OpenDevice(cfg DeviceConfig) (*Context, error) {
 // every call on the device or an object created from it returns an error wrapping
 // ErrClosed (PollCQ returns no more completions; CQ.Wait returns ErrClosed), and every
 // goroutine waiting in GetCQEvent, GetAsyncEvent or CQ.Wait is woken and gets ErrClosed.
-func (c *Context) Close() error {
+func (c *Device) Close() error {
 	if c.gsi != nil {
 		c.gsi.closing() // the connection manager's last DisconnectRequests go out first
 	}
@@ -381,7 +381,7 @@ func (c *Context) Close() error {
 }
 
 // QueryDevice returns the device's attributes.
-func (c *Context) QueryDevice() DeviceAttr {
+func (c *Device) QueryDevice() DeviceAttr {
 	a := c.attr
 	a.NumCompVectors = c.handlerSet().live // handlers may be added and removed
 	a.NumQueues = c.dev.Queues()
@@ -389,11 +389,11 @@ func (c *Context) QueryDevice() DeviceAttr {
 }
 
 // Addr returns the device's IP address and UDP port: where peers send to.
-func (c *Context) Addr() netip.AddrPort { return c.dev.LocalAddr() }
+func (c *Device) Addr() netip.AddrPort { return c.dev.LocalAddr() }
 
 // QueryGID returns the GID at index on port (the device has one port, 1, with one GID
 // at index 0: its IP address, IPv4-mapped for IPv4).
-func (c *Context) QueryGID(port uint8, index int) (GID, error) {
+func (c *Device) QueryGID(port uint8, index int) (GID, error) {
 	if port != 1 {
 		return GID{}, fmt.Errorf("%w: port %d (the device has port 1)", ErrInvalid, port)
 	}
@@ -415,13 +415,13 @@ var (
 	ErrClosed = errors.New("device or object closed")
 )
 
-func (c *Context) isClosed() bool {
+func (c *Device) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
 }
 
-func (c *Context) check() error {
+func (c *Device) check() error {
 	if c.closed {
 		return ErrClosed
 	}
@@ -487,7 +487,7 @@ func (e EventType) String() string {
 	return fmt.Sprintf("unknown event %d", int(e))
 }
 
-func (c *Context) onEvent(e transport.Event) {
+func (c *Device) onEvent(e transport.Event) {
 	ev := &AsyncEvent{Type: EventType(e.Type), Detail: e.Detail}
 	if e.QP != nil {
 		if q, ok := e.QP.Owner.(*QP); ok {
@@ -514,12 +514,12 @@ func (c *Context) onEvent(e transport.Event) {
 // with AckAsyncEvent; destroying the object it names waits for that. A goroutine waiting
 // here runs as soon as the receive goroutine has finished the batch of packets that raised
 // the event (it yields its processor then), so an SRQ limit event can be acted on in time.
-func (c *Context) GetAsyncEvent(ctx context.Context) (*AsyncEvent, error) {
+func (c *Device) GetAsyncEvent(ctx context.Context) (*AsyncEvent, error) {
 	return c.events.get(ctx)
 }
 
 // TryGetAsyncEvent returns the next asynchronous event if there is one.
-func (c *Context) TryGetAsyncEvent() (*AsyncEvent, bool) { return c.events.tryGet() }
+func (c *Device) TryGetAsyncEvent() (*AsyncEvent, bool) { return c.events.tryGet() }
 
 // AckAsyncEvent acknowledges an event returned by GetAsyncEvent or TryGetAsyncEvent.
-func (c *Context) AckAsyncEvent(ev *AsyncEvent) { c.events.ack(ev) }
+func (c *Device) AckAsyncEvent(ev *AsyncEvent) { c.events.ack(ev) }

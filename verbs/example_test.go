@@ -12,24 +12,24 @@ import (
 // Two devices on one host (127.0.0.1 and 127.0.0.2), one RC queue pair each: a SEND with
 // immediate data, then an RDMA WRITE straight into the peer's registered memory.
 func Example() {
-	open := func(ip string) (*verbs.Context, *verbs.PD, *verbs.CQ, *verbs.QP) {
-		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort})
+	open := func(ip string) (*verbs.Device, *verbs.PD, *verbs.CQ, *verbs.QP) {
+		dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort})
 		if err != nil {
 			panic(err)
 		}
-		pd, _ := ctx.AllocPD()
-		cq, _ := ctx.CreateCQ(64, nil, 0)
+		pd, _ := dev.AllocPD()
+		cq, _ := dev.CreateCQ(64, nil, 0)
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			panic(err)
 		}
-		return ctx, pd, cq, qp
+		return dev, pd, cq, qp
 	}
-	ctxA, pdA, cqA, qpA := open("127.0.0.1")
-	defer ctxA.Close()
-	ctxB, pdB, cqB, qpB := open("127.0.0.2")
-	defer ctxB.Close()
+	devA, pdA, cqA, qpA := open("127.0.0.1")
+	defer devA.Close()
+	devB, pdB, cqB, qpB := open("127.0.0.2")
+	defer devB.Close()
 
 	// Exchange endpoints (out of band in real programs) and connect: RESET->INIT->RTR->RTS.
 	// Each side sends from a random starting PSN, and tells the peer which.

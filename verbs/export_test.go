@@ -11,7 +11,7 @@ func WithFilter(cfg DeviceConfig, f netio.FilterFunc) DeviceConfig {
 }
 
 // SetLink makes c's port as if its address were on interface name of IP MTU mtu.
-func SetLink(c *Context, name string, mtu int) {
+func SetLink(c *Device, name string, mtu int) {
 	c.port.Interface, c.port.LinkMTU, c.port.ActiveMTU = name, mtu, activeMTU(mtu)
 }
 
@@ -25,4 +25,4 @@ func CQState(cq *CQ) (armed bool, waiting int) { return cq.cq.Armed(), cq.cq.Len
 // WaitForHigherPriority makes c's handlers wait for higher-priority ones with events as
 // long as it takes (not maxPriorityWait at most), so that dispatch order depends on
 // priorities alone, not on how promptly the kernel runs the handlers' threads.
-func WaitForHigherPriority(c *Context) { c.priorityWait.Store(-1) }
+func WaitForHigherPriority(c *Device) { c.priorityWait.Store(-1) }

@@ -153,7 +153,7 @@ func readFlood(b testing.TB, n int, flood bool) ([]time.Duration, float64) {
 }
 
 // sendReadRequest sends, from uc, an RDMA READ request for the whole of src to qp at psn.
-func sendReadRequest(b testing.TB, uc *net.UDPConn, dev *verbs.Context, qp *verbs.QP, psn uint32, src *verbs.MR) {
+func sendReadRequest(b testing.TB, uc *net.UDPConn, dev *verbs.Device, qp *verbs.QP, psn uint32, src *verbs.MR) {
 	op := wire.OpReadRequest
 	pkt := make([]byte, op.Info().HdrLen, op.Info().HdrLen+4)
 	bth := wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPNum(), PSN: wire.PSN(psn), AckReq: true}

@@ -23,7 +23,7 @@ import (
 // in the engine directly (PD 0, which verbs never hands out), so it counts against none
 // of the device's limits.
 type gsi struct {
-	c      *Context
+	c      *Device
 	qp     *transport.QP
 	rcq    *transport.CQ // receive completions, polled by the agent
 	scq    *transport.CQ // send completions, polled by senders under sendMu
@@ -48,7 +48,7 @@ const (
 
 func init() {
 	gsiport.Lookup = func(dev any) (gsiport.Port, error) {
-		c, ok := dev.(*Context)
+		c, ok := dev.(*Device)
 		if !ok || c == nil {
 			return nil, fmt.Errorf("verbs: %T is not a device", dev)
 		}
@@ -60,7 +60,7 @@ func init() {
 }
 
 // openGSI creates QP1 in RTS with its receive buffers posted and starts its agent.
-func (c *Context) openGSI() error {
+func (c *Device) openGSI() error {
 	g := &gsi{c: c, rcq: c.dev.NewCQ(gsiRecvs + 8), scq: c.dev.NewCQ(gsiSends + 8),
 		mem: make([]byte, gsiSendOff+gsiSends*mad.Size), wake: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
 	for i := gsiSends - 1; i >= 0; i-- {

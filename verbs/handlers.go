@@ -92,7 +92,7 @@ type LatencySummary struct {
 
 // handler is one completion handler.
 type handler struct {
-	ctx    *Context
+	ctx    *Device
 	id     int
 	cpus   []int
 	prio   int
@@ -140,7 +140,7 @@ type handlerSet struct {
 }
 
 // handlerSet returns the device's current handlers.
-func (c *Context) handlerSet() *handlerSet { return c.hs.Load() }
+func (c *Device) handlerSet() *handlerSet { return c.hs.Load() }
 
 // checkHandlerCPUs checks that every CPU of hc is one this process may run on.
 func checkHandlerCPUs(id int, hc HandlerConfig) error {
@@ -159,7 +159,7 @@ func checkHandlerCPUs(id int, hc HandlerConfig) error {
 // newHandler makes handler id from hc; prios are the distinct priority levels of the
 // device's handlers (hc's included), which set its nice value and real-time priority. The
 // goroutine starts with the first function (SetCompletionHandler).
-func (c *Context) newHandler(id int, hc HandlerConfig, prios []int) *handler {
+func (c *Device) newHandler(id int, hc HandlerConfig, prios []int) *handler {
 	level := slices.Index(prios, hc.Priority) // 0 for the lowest
 	nice := 0
 	if len(prios) > 1 {
@@ -198,7 +198,7 @@ func newHandlerSet(byID []*handler) *handlerSet {
 
 // setupHandlers validates the handler configuration and creates the handlers (not their
 // goroutines).
-func (c *Context) setupHandlers(cfgs []HandlerConfig) error {
+func (c *Device) setupHandlers(cfgs []HandlerConfig) error {
 	prios := make([]int, 0, len(cfgs))
 	for i, hc := range cfgs {
 		if err := checkHandlerCPUs(i, hc); err != nil {
@@ -221,7 +221,7 @@ func (c *Context) setupHandlers(cfgs []HandlerConfig) error {
 // arrive. Its nice value and real-time priority follow its priority's rank among the
 // device's handlers then (the others keep theirs). Bind CQs to it with CreateCQ or
 // ModifyCQ, and give it a function with SetCompletionHandler.
-func (c *Context) AddCompletionHandler(hc HandlerConfig) (int, error) {
+func (c *Device) AddCompletionHandler(hc HandlerConfig) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(); err != nil {
@@ -241,7 +241,7 @@ func (c *Context) AddCompletionHandler(hc HandlerConfig) (int, error) {
 // lose their binding (their events go to their completion channels, as with NoHandler),
 // events already queued to it are passed on the same way, and its thread ends. Its id is
 // not given to another handler.
-func (c *Context) RemoveCompletionHandler(id int) error {
+func (c *Device) RemoveCompletionHandler(id int) error {
 	h, err := c.handlerAt("RemoveCompletionHandler", id)
 	if err != nil {
 		return err
@@ -272,7 +272,7 @@ func (c *Context) RemoveCompletionHandler(id int) error {
 	return nil
 }
 
-func (c *Context) handlerAt(op string, id int) (*handler, error) {
+func (c *Device) handlerAt(op string, id int) (*handler, error) {
 	hs := c.handlerSet()
 	if id < 0 || id >= len(hs.byID) {
 		return nil, fmt.Errorf("verbs: %s: %w: completion handler %d not in 0..%d", op, ErrInvalid, id, len(hs.byID)-1)
@@ -288,7 +288,7 @@ func (c *Context) handlerAt(op string, id int) (*handler, error) {
 // handler's goroutine starts with its first function, locked to its own OS thread and
 // pinned to its CPU set. Events already queued when the function changes are handled by
 // the new one.
-func (c *Context) SetCompletionHandler(id int, fn CompletionHandlerFunc) error {
+func (c *Device) SetCompletionHandler(id int, fn CompletionHandlerFunc) error {
 	h, err := c.handlerAt("SetCompletionHandler", id)
 	if err != nil {
 		return err
@@ -317,7 +317,7 @@ func (c *Context) SetCompletionHandler(id int, fn CompletionHandlerFunc) error {
 }
 
 // HandlerStats returns handler id's configuration, counters and notification latency.
-func (c *Context) HandlerStats(id int) (HandlerStats, error) {
+func (c *Device) HandlerStats(id int) (HandlerStats, error) {
 	h, err := c.handlerAt("HandlerStats", id)
 	if err != nil {
 		return HandlerStats{}, err
@@ -331,7 +331,7 @@ func (c *Context) HandlerStats(id int) (HandlerStats, error) {
 }
 
 // ResetHandlerStats clears handler id's counters and latency histogram.
-func (c *Context) ResetHandlerStats(id int) error {
+func (c *Device) ResetHandlerStats(id int) error {
 	h, err := c.handlerAt("ResetHandlerStats", id)
 	if err != nil {
 		return err
@@ -435,7 +435,7 @@ const maxPriorityWait = time.Millisecond
 // yieldToHigher lets every higher-priority handler that has events waiting, and is not
 // running its function already, take them before h dispatches its next event (waiting
 // maxPriorityWait at most).
-func (c *Context) yieldToHigher(h *handler) {
+func (c *Device) yieldToHigher(h *handler) {
 	var deadline int64
 	for _, o := range c.handlerSet().byPrio {
 		if o.prio <= h.prio {
@@ -462,7 +462,7 @@ func (c *Context) yieldToHigher(h *handler) {
 
 // forget drops queued events for cq and waits until no handler is running its function
 // for it (except the calling thread's own handler: DestroyCQ from inside the function).
-func (c *Context) forgetCQ(cq *CQ) {
+func (c *Device) forgetCQ(cq *CQ) {
 	self := int32(osthread.ID())
 	for _, h := range c.handlerSet().byPrio {
 		h.mu.Lock()
@@ -489,7 +489,7 @@ func (c *Context) forgetCQ(cq *CQ) {
 
 // stopHandlers ends the handlers' goroutines (Close); a handler closing its own device
 // from its function is not waited for.
-func (c *Context) stopHandlers() {
+func (c *Device) stopHandlers() {
 	self := int32(osthread.ID())
 	for _, h := range c.handlerSet().byPrio {
 		c.mu.Lock()

@@ -970,7 +970,7 @@ func TestHandlerRealTime(t *testing.T) {
 }
 
 // newSideRecvChannel is newSide whose receive CQ has the completion channel ch.
-func newSideRecvChannel(t *testing.T, ctx *verbs.Context, ch *verbs.CompChannel) *side {
+func newSideRecvChannel(t *testing.T, ctx *verbs.Device, ch *verbs.CompChannel) *side {
 	t.Helper()
 	s := &side{ctx: ctx, scq: mustCQ(t, ctx, 1024, nil), rcq: mustCQ(t, ctx, 1024, ch)}
 	var err error

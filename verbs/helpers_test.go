@@ -39,7 +39,7 @@ var (
 // side is one end of a test connection: a device, a PD, a send and a receive CQ and a QP
 // (a verbstest.Side).
 type side struct {
-	ctx      *verbs.Context
+	ctx      *verbs.Device
 	pd       *verbs.PD
 	scq, rcq *verbs.CQ
 	qp       *verbs.QP
@@ -53,7 +53,7 @@ func sideOf(s *verbstest.Side) *side {
 var defaultCap = verbstest.DefaultCap
 
 // newSide creates a PD, two CQs of cqe entries and an RC QP in RESET on ctx.
-func newSide(t testing.TB, ctx *verbs.Context, cp verbs.QPCap, cqe int, sigAll bool) *side {
+func newSide(t testing.TB, ctx *verbs.Device, cp verbs.QPCap, cqe int, sigAll bool) *side {
 	t.Helper()
 	return sideOf(verbstest.NewSide(t, ctx, verbstest.SideConfig{Cap: cp, CQE: cqe, SigAll: sigAll}))
 }

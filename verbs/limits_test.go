@@ -61,7 +61,7 @@ func (r *limRig) waitUntilTrue(t *testing.T, what string, keep [2]*[]verbs.WorkC
 	}
 }
 
-func waitEvent(t *testing.T, ctx *verbs.Context, typ verbs.EventType) *verbs.AsyncEvent {
+func waitEvent(t *testing.T, ctx *verbs.Device, typ verbs.EventType) *verbs.AsyncEvent {
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()

@@ -11,14 +11,14 @@ import (
 // PD is a protection domain (ibv_pd): memory regions and QPs of one PD can only be used
 // together.
 type PD struct {
-	ctx   *Context
+	ctx   *Device
 	id    uint32
 	users int // MRs, QPs and SRQs allocated from it (guarded by ctx.mu)
 	dead  bool
 }
 
 // AllocPD allocates a protection domain.
-func (c *Context) AllocPD() (*PD, error) {
+func (c *Device) AllocPD() (*PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(); err != nil {
@@ -50,7 +50,7 @@ func (pd *PD) DeallocPD() error {
 }
 
 // Context returns the device the PD belongs to.
-func (pd *PD) Context() *Context { return pd.ctx }
+func (pd *PD) Context() *Device { return pd.ctx }
 
 func (pd *PD) use() error {
 	c := pd.ctx

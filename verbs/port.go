@@ -43,7 +43,7 @@ type PortAttr struct {
 }
 
 // QueryPort returns the attributes of port (the device has one port, 1).
-func (c *Context) QueryPort(port uint8) (PortAttr, error) {
+func (c *Device) QueryPort(port uint8) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, fmt.Errorf("verbs: QueryPort: %w: port %d (the device has port 1)", ErrInvalid, port)
 	}
@@ -119,7 +119,7 @@ func portAttr(addr netip.Addr) PortAttr {
 
 // checkPathMTU refuses a path MTU above the port's active MTU: its packets would not fit
 // the link.
-func (c *Context) checkPathMTU(m MTU) error {
+func (c *Device) checkPathMTU(m MTU) error {
 	if m <= c.port.ActiveMTU {
 		return nil
 	}

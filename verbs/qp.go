@@ -656,7 +656,7 @@ func (q *QP) Counters() Counters { return countersFrom(q.qp.Stats()) }
 
 // Counters returns the device's packet counters (sums over its QPs, live and destroyed,
 // plus receive-path drops and fault injection).
-func (c *Context) Counters() Counters {
+func (c *Device) Counters() Counters {
 	k := countersFrom(c.dev.Stats())
 	f := c.dev.Conn().FaultCounters()
 	k.FaultsLost, k.FaultsReordered, k.FaultsDuplicated, k.FaultsCorrupted = f.Lost, f.Reordered, f.Duplicated, f.Corrupted

@@ -16,7 +16,7 @@ import (
 // device itself; nothing is posted to them, so they send nothing.
 type stateBench struct {
 	t   *testing.T
-	ctx *verbs.Context
+	ctx *verbs.Device
 	pd  *verbs.PD
 	cq  *verbs.CQ
 }

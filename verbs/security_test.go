@@ -14,7 +14,7 @@ import (
 // forgedSend sends, from src (an address and port of the test's choosing), a valid RoCEv2
 // SEND ONLY packet with payload to qp on dev at psn: what an attacker who knows the QP
 // number and PSN can send from an ordinary UDP socket.
-func forgedSend(t *testing.T, src netip.AddrPort, dev *verbs.Context, qp *verbs.QP, psn uint32, payload []byte) {
+func forgedSend(t *testing.T, src netip.AddrPort, dev *verbs.Device, qp *verbs.QP, psn uint32, payload []byte) {
 	t.Helper()
 	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(src))
 	if err != nil {
@@ -33,7 +33,7 @@ func forgedSend(t *testing.T, src netip.AddrPort, dev *verbs.Context, qp *verbs.
 
 // sendRaw appends the ICRC to pkt (headers, payload and pad) as uc's address and port
 // make it, and sends it from uc to dev.
-func sendRaw(t testing.TB, uc *net.UDPConn, dev *verbs.Context, pkt []byte) {
+func sendRaw(t testing.TB, uc *net.UDPConn, dev *verbs.Device, pkt []byte) {
 	t.Helper()
 	local := uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	f := wire.Flow{Src: local.Addr(), Dst: dev.Addr().Addr(), SrcPort: local.Port(), DstPort: dev.Addr().Port(), DF: true}

@@ -14,7 +14,7 @@ import (
 
 // udRig is two devices with a PD and a CQ each.
 type udRig struct {
-	ctx [2]*verbs.Context
+	ctx [2]*verbs.Device
 	pd  [2]*verbs.PD
 	cq  [2]*verbs.CQ
 }

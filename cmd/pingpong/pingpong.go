@@ -50,7 +50,7 @@ type Config struct {
 
 	// Device, if set, is the device to use (not closed); DevAddr and UDPPort are then
 	// ignored, except that UDPPort is still where the peer is sent to. For tests.
-	Device *verbs.Context
+	Device *verbs.Device
 	// Listener, if set, is where the server accepts its client (closed after the accept),
 	// instead of a listener on Port.
 	Listener net.Listener
@@ -170,7 +170,7 @@ func (r *Result) Invalid() bool { return len(r.InvalidPages) > 0 || r.BadMessage
 type pingpong struct {
 	cfg     *Config
 	info    io.Writer
-	dev     *verbs.Context
+	dev     *verbs.Device
 	ownDev  bool
 	ch      *verbs.CompChannel
 	pd      *verbs.PD
@@ -334,7 +334,7 @@ func (p *pingpong) openAddr(addr netip.Addr) error {
 }
 
 // open is pp_init_ctx, the receives posted, the CQ armed and the local address printed.
-func (p *pingpong) open(dev *verbs.Context, own bool) error {
+func (p *pingpong) open(dev *verbs.Device, own bool) error {
 	c := p.cfg
 	p.dev, p.ownDev = dev, own
 	gid, err := dev.QueryGID(1, 0)

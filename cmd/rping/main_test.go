@@ -40,11 +40,11 @@ func pair(t *testing.T, srvIP, cliIP string, srv, cli Config) (cs, cc *collector
 	t.Helper()
 	cs, cc = &collector{}, &collector{}
 	serr, cerr := cmtooltest.Pair(t, srvIP, cliIP,
-		func(ctx context.Context, dev *verbs.Context, listening func(netip.AddrPort)) error {
+		func(ctx context.Context, dev *verbs.Device, listening func(netip.AddrPort)) error {
 			srv.Server, srv.Device, srv.Listening = true, dev, listening
 			return run(ctx, &srv, cs.output())
 		},
-		func(ctx context.Context, dev *verbs.Context, la netip.AddrPort, peerPort int) error {
+		func(ctx context.Context, dev *verbs.Device, la netip.AddrPort, peerPort int) error {
 			cli.Device, cli.Addr, cli.Port, cli.PeerPort = dev, la.Addr(), int(la.Port()), peerPort
 			return run(ctx, &cli, cc.output())
 		})

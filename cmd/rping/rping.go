@@ -138,7 +138,7 @@ func run(ctx context.Context, cfg *Config, o *output) error {
 type session struct {
 	cfg  *Config
 	o    *output
-	dev  *verbs.Context
+	dev  *verbs.Device
 	pd   *verbs.PD
 	ch   *verbs.CompChannel
 	cq   *verbs.CQ
@@ -400,7 +400,7 @@ func cstring(buf []byte) []byte {
 }
 
 // runClient connects, pings cfg.Count times (rping_test_client) and disconnects.
-func runClient(ctx context.Context, cfg *Config, dev *verbs.Context, o *output) error {
+func runClient(ctx context.Context, cfg *Config, dev *verbs.Device, o *output) error {
 	s := &session{cfg: cfg, o: o, dev: dev}
 	defer s.free()
 	r := s.finish(s.client(ctx))
@@ -483,7 +483,7 @@ func (s *session) pingLoop(ctx context.Context) error {
 }
 
 // runServer listens; it serves one connection, or with -P connections until ctx ends.
-func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, o *output) error {
+func runServer(ctx context.Context, cfg *Config, dev *verbs.Device, o *output) error {
 	l, err := cm.Listen(dev, uint16(cfg.Port))
 	if err != nil {
 		return fmt.Errorf("rdma_listen: %w", err)
@@ -527,7 +527,7 @@ func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, o *output) 
 }
 
 // serve answers one connection request and serves it until the client disconnects.
-func serve(ctx context.Context, cfg *Config, dev *verbs.Context, o *output, req *cm.Request) *Result {
+func serve(ctx context.Context, cfg *Config, dev *verbs.Device, o *output, req *cm.Request) *Result {
 	s := &session{cfg: cfg, o: o, dev: dev}
 	defer s.free()
 	s.debugf("child cma: request from %v qpn %#x\n", req.Remote, req.RemoteQPN)

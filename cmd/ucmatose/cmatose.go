@@ -129,7 +129,7 @@ const (
 	recvCQ = 1
 )
 
-func newNode(id int, cfg *Config, dev *verbs.Context) (*node, error) {
+func newNode(id int, cfg *Config, dev *verbs.Device) (*node, error) {
 	n := &node{id: id, cfg: cfg}
 	var err error
 	if n.pd, err = dev.AllocPD(); err != nil {
@@ -278,7 +278,7 @@ func (n *node) destroy() {
 // test is one run: its nodes and result.
 type test struct {
 	cfg   *Config
-	dev   *verbs.Context
+	dev   *verbs.Device
 	o     *output
 	mu    sync.Mutex
 	nodes []*node

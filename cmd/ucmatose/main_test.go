@@ -32,14 +32,14 @@ func pair(t *testing.T, srvIP, cliIP string, srv, cli Config) (s, c *side) {
 	t.Helper()
 	s, c = &side{}, &side{}
 	cmtooltest.Pair(t, srvIP, cliIP,
-		func(ctx context.Context, dev *verbs.Context, listening func(netip.AddrPort)) error {
+		func(ctx context.Context, dev *verbs.Device, listening func(netip.AddrPort)) error {
 			srv.Device, srv.Listening = dev, listening
 			if err := s.run(ctx, &srv); err != nil {
 				return fmt.Errorf("%w\n%s", err, s.log.String())
 			}
 			return nil
 		},
-		func(ctx context.Context, dev *verbs.Context, la netip.AddrPort, peerPort int) error {
+		func(ctx context.Context, dev *verbs.Device, la netip.AddrPort, peerPort int) error {
 			cli.Device, cli.ServerAddr, cli.Port, cli.PeerPort = dev, la.Addr(), int(la.Port()), peerPort
 			return c.run(ctx, &cli)
 		})

@@ -181,7 +181,7 @@ func role(cfg *Config) string {
 // init creates the node's PD, CQ (with a completion channel), UD QP (in RTS with rdma_cm's
 // Q_Key, as rdma_create_qp leaves a UDP id's QP) and message buffer, as udaddy's
 // init_node, after checking the message size against the active MTU (verify_test_params).
-func (n *node) init(dev *verbs.Context, cfg *Config) error {
+func (n *node) init(dev *verbs.Device, cfg *Config) error {
 	port, err := dev.QueryPort(1)
 	if err != nil {
 		return err
@@ -302,7 +302,7 @@ func poll(ctx context.Context, cfg *Config, nodes []*node, first func(*node, *ve
 // receives are posted), receive -C datagrams per node, answer each node's sender from
 // the first datagram's source (GRH) and immediate data (its QP), then wait for the
 // replies' completions.
-func runServer(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*node, o *output) error {
+func runServer(ctx context.Context, cfg *Config, dev *verbs.Device, nodes []*node, o *output) error {
 	l, err := cm.ListenUD(dev, uint16(cfg.Port))
 	if err != nil {
 		return fmt.Errorf("udaddy: failure trying to listen: %w", err)
@@ -378,7 +378,7 @@ func replyAH(n *node, wc *verbs.WorkCompletion) error {
 // runClient is udaddy's run_client: for each connection a node (receives posted) and a
 // resolution of the server's port, all at once; then -C datagrams from each connected
 // node to the server's QP, and -C replies awaited.
-func runClient(ctx context.Context, cfg *Config, dev *verbs.Context, nodes []*node, o *output) error {
+func runClient(ctx context.Context, cfg *Config, dev *verbs.Device, nodes []*node, o *output) error {
 	o.Printf("udaddy: starting client\n")
 	o.Printf("udaddy: connecting\n")
 	remote := netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port))

@@ -273,7 +273,7 @@ type Counters struct {
 }
 
 // Read reads dev's counters.
-func Read(dev *verbs.Context) Counters {
+func Read(dev *verbs.Device) Counters {
 	c := Counters{Device: dev.Counters(), CM: cm.Counters(dev)}
 	c.Device.Queues = nil
 	c.Errors = Errors(c.Device, c.CM)

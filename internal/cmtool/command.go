@@ -26,7 +26,7 @@ type Local struct {
 	PeerPort int        // tests: the server device's UDP port (0: UDPPort)
 	Pcap     string     // --pcap: the device's packets to this file
 	// Device, if set, is the device to use (tests); it is not closed.
-	Device *verbs.Context
+	Device *verbs.Device
 	// Listening, if set, is called once the server listens (tests).
 	Listening func(netip.AddrPort)
 }
@@ -48,7 +48,7 @@ func (l *Local) Defaults() {
 // Addr where they give none), or if that is unset too at the source address of the route
 // to peer, as rdma_resolve_addr picks the local device. noRoute starts the error when
 // there is no such route, in the C tool's words.
-func (l *Local) Open(fallback, peer netip.Addr, noRoute string) (*verbs.Context, func(), error) {
+func (l *Local) Open(fallback, peer netip.Addr, noRoute string) (*verbs.Device, func(), error) {
 	if l.Device != nil {
 		return l.Device, func() {}, nil
 	}

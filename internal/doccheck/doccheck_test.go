@@ -37,7 +37,7 @@ func (b block) complete() bool {
 // The names a fragment may use without declaring them: the objects a verbs, cm or msg
 // program has at hand, under the names the documentation gives them.
 const fragmentParams = `ctx context.Context, // a context.Context
-	dev *verbs.Context, // an open device (verbs.OpenDevice)
+	dev *verbs.Device, // an open device (verbs.OpenDevice)
 	pd *verbs.PD,
 	cq *verbs.CQ,
 	qp *verbs.QP,
@@ -91,7 +91,7 @@ var (
 //     function (a block of its own inside it, so it may redeclare the names below) that
 //     has these names at hand without declaring them:
 //
-//     ctx context.Context, dev *verbs.Context (an open device), pd *verbs.PD,
+//     ctx context.Context, dev *verbs.Device (an open device), pd *verbs.PD,
 //     cq *verbs.CQ, qp *verbs.QP, srq *verbs.SRQ, mr *verbs.MR, buf []byte,
 //     wc []verbs.WorkCompletion, peer verbs.Endpoint (the peer QP's, learnt out of
 //     band), comm *msg.Comm (a rank)

@@ -32,5 +32,5 @@ type Port interface {
 	Claim(h Handler) error
 }
 
-// Lookup returns the QP1 of a device (a *verbs.Context). Package verbs sets it at init.
+// Lookup returns the QP1 of a device (a *verbs.Device). Package verbs sets it at init.
 var Lookup func(dev any) (Port, error)

@@ -215,7 +215,7 @@ func (c *Config) ptBufSize() int {
 type ptSide struct {
 	cfg    *Config
 	client bool
-	ctx    *verbs.Context
+	ctx    *verbs.Device
 	own    bool
 	pd     *verbs.PD
 	cq     *verbs.CQ
@@ -233,7 +233,7 @@ type ptSide struct {
 }
 
 // newPtSide opens a device at addr (or uses ctx) for a side whose exchange settled on p.
-func newPtSide(c *Config, client bool, ctx *verbs.Context, addr netip.Addr, p ptParams) (*ptSide, error) {
+func newPtSide(c *Config, client bool, ctx *verbs.Device, addr netip.Addr, p ptParams) (*ptSide, error) {
 	s := &ptSide{cfg: c, client: client, params: p, qpIdx: map[uint32]int{}}
 	if ctx == nil {
 		var capture *verbs.PacketCapture
@@ -722,7 +722,7 @@ func PerftestClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) ([
 
 // perftestConn runs a session on conn (reading through r), with the device at addr or
 // ctx.
-func perftestConn(c *Config, conn net.Conn, r io.Reader, client bool, ctx *verbs.Context, addr netip.Addr, stats bool) ([]Result, error) {
+func perftestConn(c *Config, conn net.Conn, r io.Reader, client bool, ctx *verbs.Device, addr netip.Addr, stats bool) ([]Result, error) {
 	t := &ptSession{cfg: c, pc: &ptConn{conn: conn, r: r, client: client}, stats: stats}
 	if ctx != nil {
 		addr = ctx.Addr().Addr()
@@ -823,8 +823,8 @@ func PerftestLoopback(c Config, addrs [2]netip.Addr, stats bool) (client, server
 
 // pairDevices opens the two loopback devices on one UDP port: c.RoCEPort, or with free a
 // port the kernel picks for the first that is also free on the second address.
-func pairDevices(c *Config, addrs [2]netip.Addr, free bool) ([2]*verbs.Context, error) {
-	open := func(a netip.Addr, port int, capture *verbs.PacketCapture) (*verbs.Context, error) {
+func pairDevices(c *Config, addrs [2]netip.Addr, free bool) ([2]*verbs.Device, error) {
+	open := func(a netip.Addr, port int, capture *verbs.PacketCapture) (*verbs.Device, error) {
 		return verbs.OpenDevice(verbs.DeviceConfig{Addr: a, Port: port, Queues: c.Queues, Faults: c.Faults,
 			Window: c.Window, BusyPoll: c.BusyPoll, Capture: capture})
 	}
@@ -836,13 +836,13 @@ func pairDevices(c *Config, addrs [2]netip.Addr, free bool) ([2]*verbs.Context, 
 		}
 		srv, err := open(addrs[1], port, nil)
 		if err != nil {
-			return [2]*verbs.Context{}, err
+			return [2]*verbs.Device{}, err
 		}
 		p := int(srv.Addr().Port())
 		cli, err := open(addrs[0], p, c.Capture)
 		if err == nil {
 			c.RoCEPort = p
-			return [2]*verbs.Context{cli, srv}, nil
+			return [2]*verbs.Device{cli, srv}, nil
 		}
 		srv.Close()
 		last = err
@@ -850,5 +850,5 @@ func pairDevices(c *Config, addrs [2]netip.Addr, free bool) ([2]*verbs.Context, 
 			break
 		}
 	}
-	return [2]*verbs.Context{}, last
+	return [2]*verbs.Device{}, last
 }

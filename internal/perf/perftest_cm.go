@@ -116,7 +116,7 @@ type ptComm struct {
 
 // newPtComm creates the comm QP on dev with its receives posted, in INIT, ready for
 // Dial or Accept.
-func newPtComm(dev *verbs.Context) (*ptComm, error) {
+func newPtComm(dev *verbs.Device) (*ptComm, error) {
 	c := &ptComm{buf: make([]byte, (1+ptCommRecvs)*ptCommMsg)}
 	err := func() error {
 		var err error
@@ -478,7 +478,7 @@ func (s *ptSide) endCM(client, failed bool) error {
 // server at remote (its address and rdma_cm port; its device on c.RoCEPort) and runs the
 // session over it, connecting the test's QPs through rdma_cm as well. traffic, if set,
 // replaces the traffic (the exchange tests).
-func perftestDialCM(c *Config, dev *verbs.Context, remote netip.AddrPort, stats bool, traffic func(int) (Result, error)) ([]Result, error) {
+func perftestDialCM(c *Config, dev *verbs.Device, remote netip.AddrPort, stats bool, traffic func(int) (Result, error)) ([]Result, error) {
 	base := dev.Counters()
 	comm, err := newPtComm(dev)
 	if err != nil {
@@ -511,7 +511,7 @@ func perftestDialCM(c *Config, dev *verbs.Context, remote netip.AddrPort, stats 
 // perftestAcceptCM is perftest's -R server on dev for req, the request for the
 // exchange's QP that came to l: it accepts it, runs the session over it and takes the
 // test's QPs' requests from l. traffic, if set, replaces the traffic.
-func perftestAcceptCM(c *Config, dev *verbs.Context, l *cm.Listener, req *cm.Request, stats bool, traffic func(int) (Result, error)) ([]Result, error) {
+func perftestAcceptCM(c *Config, dev *verbs.Device, l *cm.Listener, req *cm.Request, stats bool, traffic func(int) (Result, error)) ([]Result, error) {
 	base := dev.Counters()
 	comm, err := newPtComm(dev)
 	if err != nil {

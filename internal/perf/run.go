@@ -221,7 +221,7 @@ func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr,
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}
-	var ctx *verbs.Context
+	var ctx *verbs.Device
 	var base verbs.Counters
 	if dev != nil {
 		ctx, base = dev.ctx, dev.ctx.Counters()

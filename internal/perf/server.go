@@ -35,7 +35,7 @@ type Server struct {
 
 // serverDev is a device a Server opened before any client came, and its listener.
 type serverDev struct {
-	ctx *verbs.Context
+	ctx *verbs.Device
 	l   *cm.Listener
 }
 
@@ -262,7 +262,7 @@ func (s *Server) ServeOne(stats bool) ([]Result, error) {
 	c := s.own
 	c.Perftest = true
 	c.CM = false // perftest's exchange over TCP: no -R
-	var ctx *verbs.Context
+	var ctx *verbs.Device
 	if dev != nil {
 		ctx = dev.ctx
 		c.RoCEPort = int(ctx.Addr().Port())

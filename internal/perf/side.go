@@ -26,7 +26,7 @@ type Info struct {
 // buffer of slots, one message each.
 type side struct {
 	cfg   *Config
-	ctx   *verbs.Context
+	ctx   *verbs.Device
 	own   bool // Close closes ctx
 	pd    *verbs.PD
 	cq    *verbs.CQ   // cqs[0]
@@ -56,7 +56,7 @@ func slotsFor(c *Config) int {
 
 // newSide opens (or uses) a device, writing its packets to capture if that is set, and
 // creates the PD, CQ, QPs and buffer.
-func newSide(c *Config, ctx *verbs.Context, addr netip.Addr, port int, capture *verbs.PacketCapture) (*side, error) {
+func newSide(c *Config, ctx *verbs.Device, addr netip.Addr, port int, capture *verbs.PacketCapture) (*side, error) {
 	s := &side{cfg: c, slots: slotsFor(c), qpIdx: map[uint32]int{}}
 	if ctx == nil {
 		var err error

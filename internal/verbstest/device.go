@@ -37,7 +37,7 @@ var (
 // OpenDevice opens a device on ip with an ephemeral UDP port and closes it when the test
 // ends. Unless cfg says otherwise, fault injection is off (SOFTRNIC_FAULTS is ignored) so
 // that tests are deterministic. The device takes part in Progress.
-func OpenDevice(t testing.TB, ip netip.Addr, cfg verbs.DeviceConfig) *verbs.Context {
+func OpenDevice(t testing.TB, ip netip.Addr, cfg verbs.DeviceConfig) *verbs.Device {
 	t.Helper()
 	cfg.Addr = ip
 	cfg.Port = verbs.AnyPort
@@ -72,8 +72,8 @@ func OpenDevice(t testing.TB, ip netip.Addr, cfg verbs.DeviceConfig) *verbs.Cont
 // milliseconds, long enough for short ACK timeouts to expire.
 var progress = struct {
 	sync.Mutex
-	cqs map[*verbs.Context]*verbs.CQ
-}{cqs: map[*verbs.Context]*verbs.CQ{}}
+	cqs map[*verbs.Device]*verbs.CQ
+}{cqs: map[*verbs.Device]*verbs.CQ{}}
 
 // Progress lets every device opened with OpenDevice process its waiting packets, then
 // yields. The rig's waits call it on every round.
@@ -99,7 +99,7 @@ func Progress() {
 // memory only while it holds the device's receive path or a QP's lock, and
 // Context.Counters takes both. (A real program learns that an RDMA WRITE arrived from a
 // later message it receives, which orders it in the same way.)
-func Settle(ctxs ...*verbs.Context) {
+func Settle(ctxs ...*verbs.Device) {
 	for _, c := range ctxs {
 		c.Counters()
 	}

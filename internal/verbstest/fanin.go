@@ -11,7 +11,7 @@ import (
 // (index 1, IPB) whose QPs share one SRQ; each device has one PD and one CQ that all its
 // QPs use for sends and receives.
 type FanIn struct {
-	Ctx  [2]*verbs.Context
+	Ctx  [2]*verbs.Device
 	PD   [2]*verbs.PD
 	CQ   [2]*verbs.CQ
 	SRQ  *verbs.SRQ

@@ -15,7 +15,7 @@ const AllAccess = verbs.AccessLocalWrite | AllRemote
 // Side is one end of a test connection: a device, a PD, a send and a receive CQ (one CQ
 // for both with SideConfig.SharedCQ) and an RC QP.
 type Side struct {
-	Ctx      *verbs.Context
+	Ctx      *verbs.Device
 	PD       *verbs.PD
 	SCQ, RCQ *verbs.CQ
 	QP       *verbs.QP
@@ -35,7 +35,7 @@ type SideConfig struct {
 }
 
 // NewSide creates a PD, the CQs and an RC QP in RESET on ctx.
-func NewSide(t testing.TB, ctx *verbs.Context, c SideConfig) *Side {
+func NewSide(t testing.TB, ctx *verbs.Device, c SideConfig) *Side {
 	t.Helper()
 	s := &Side{Ctx: ctx}
 	if c.RecvChannel {
@@ -64,7 +64,7 @@ func NewSide(t testing.TB, ctx *verbs.Context, c SideConfig) *Side {
 }
 
 // MustCQ creates a CQ of cqe entries on ctx, reporting to ch if not nil.
-func MustCQ(t testing.TB, ctx *verbs.Context, cqe int, ch *verbs.CompChannel) *verbs.CQ {
+func MustCQ(t testing.TB, ctx *verbs.Device, cqe int, ch *verbs.CompChannel) *verbs.CQ {
 	t.Helper()
 	cq, err := ctx.CreateCQ(cqe, ch, 0)
 	if err != nil {

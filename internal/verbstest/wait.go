@@ -58,7 +58,7 @@ func WaitUntil(t testing.TB, what string, cond func() bool) {
 
 // WaitAsync waits for an asynchronous event of type typ on ctx and returns it. It
 // acknowledges every event it takes and logs (and skips) events of other types.
-func WaitAsync(t testing.TB, ctx *verbs.Context, typ verbs.EventType) verbs.AsyncEvent {
+func WaitAsync(t testing.TB, ctx *verbs.Device, typ verbs.EventType) verbs.AsyncEvent {
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), WaitLimit)
 	defer cancel()

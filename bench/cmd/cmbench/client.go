@@ -16,12 +16,12 @@ import (
 
 // client is the dialing side: one device, one PD, one CQ, a new RC QP per connection.
 type client struct {
-	dev *verbs.Context
+	dev *verbs.Device
 	pd  *verbs.PD
 	cq  *verbs.CQ
 }
 
-func newClient(dev *verbs.Context) (*client, error) {
+func newClient(dev *verbs.Device) (*client, error) {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return nil, err

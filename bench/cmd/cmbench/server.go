@@ -52,7 +52,7 @@ type serverReport struct {
 
 // server is the listener and its round's state.
 type server struct {
-	dev *verbs.Context
+	dev *verbs.Device
 	pd  *verbs.PD
 	cq  *verbs.CQ
 	srq *verbs.SRQ
@@ -102,7 +102,7 @@ func (rd *round) reap() {
 
 const srqRecvs = 64
 
-func newServer(dev *verbs.Context, service uint16) (*server, error) {
+func newServer(dev *verbs.Device, service uint16) (*server, error) {
 	s := &server{dev: dev, changed: make(chan struct{}), cur: &round{}}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {

@@ -76,7 +76,7 @@ const busyPoll = -1
 
 // rig is a client and a server device with connections between them.
 type rig struct {
-	cli, srv     *verbs.Context
+	cli, srv     *verbs.Device
 	cpd, spd     *verbs.PD
 	ccq          []*verbs.CQ // client CQs, one per connection group
 	scq          []*verbs.CQ // server CQs

@@ -115,7 +115,7 @@ func (c *Config) defaults() {
 
 type exp struct {
 	cfg            Config
-	cli, srv       *verbs.Context
+	cli, srv       *verbs.Device
 	cpd, spd       *verbs.PD
 	ccq, scq       *verbs.CQ
 	srq            *verbs.SRQ
@@ -215,7 +215,7 @@ func Run(cfg Config) (Result, error) {
 func (e *exp) setup() error {
 	c := &e.cfg
 	var err error
-	open := func(ip string) (*verbs.Context, *verbs.PD, *verbs.CQ, error) {
+	open := func(ip string) (*verbs.Device, *verbs.PD, *verbs.CQ, error) {
 		ctx, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
 		if err != nil {
 			return nil, nil, nil, err

@@ -17,7 +17,7 @@ import (
 
 // OpenDevice opens a device at ip on an ephemeral UDP port, with fault injection
 // available and off, closed when the test ends.
-func OpenDevice(t testing.TB, ip string) *verbs.Context {
+func OpenDevice(t testing.TB, ip string) *verbs.Device {
 	t.Helper()
 	dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort, Faults: &verbs.Faults{}})
 	if err != nil {
@@ -60,8 +60,8 @@ func (w *Buffer) Bytes() []byte {
 // would wait for a client that is not coming). Pair returns both errors; a server that
 // ends before it listens fails the test.
 func Pair(t testing.TB, srvIP, cliIP string,
-	server func(ctx context.Context, dev *verbs.Context, listening func(netip.AddrPort)) error,
-	client func(ctx context.Context, dev *verbs.Context, listener netip.AddrPort, peerPort int) error) (serr, cerr error) {
+	server func(ctx context.Context, dev *verbs.Device, listening func(netip.AddrPort)) error,
+	client func(ctx context.Context, dev *verbs.Device, listener netip.AddrPort, peerPort int) error) (serr, cerr error) {
 	t.Helper()
 	ds, dc := OpenDevice(t, srvIP), OpenDevice(t, cliIP)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
