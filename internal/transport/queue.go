@@ -51,7 +51,6 @@ type queue struct {
 	ids                  wire.IDSolver  // the ICRC's identification arithmetic, as tables for frequent lengths
 	rxFrom               netip.AddrPort // where it came from
 	quiesced             uint64         // Quiesce calls that waited for the receive path
-	crossAt              int64          // when this queue's poller may next flush other devices' ACKs (AckGroup.flushOthers)
 
 	// polled is set when a consumer polls (progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
@@ -60,6 +59,14 @@ type queue struct {
 	yieldReq atomic.Bool // a completion handler was woken: yield after this batch
 
 	holdingAcks atomic.Bool // ACKs are held back (see AckGroup.hold)
+	// responding: READ responses wait for their next round (respList was not empty when the
+	// last batch ended), which a poll sends even when the socket is empty.
+	responding atomic.Bool
+	crossAt    atomic.Int64 // when this queue's pollers may next flush other devices' ACKs (AckGroup.flushOthers)
+
+	// testPause, set by tests only, is called by a poll that found nothing to do, where it
+	// found out: it stands for the system stopping the polling thread there.
+	testPause func()
 
 	timers timerQueue
 
@@ -122,16 +129,34 @@ func (u *queue) rxReady() bool {
 // progress receives and processes whatever is queued on the socket, in the caller's
 // goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
 // (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
+//
+// A poll with nothing to do leaves the receive path alone: it looks at the socket without
+// receiving (netio.Conn.Pending) and takes rxMu only when a datagram waits, ACKs are held
+// back or READ responses wait for their round. A consumer polls nearly all the time and
+// most polls find nothing, so a receive path taken by every poll would be held by the
+// polling thread most of the time, and a machine busy with other work stops a thread now
+// and then, for up to a second. A thread stopped while holding the receive path stops the
+// device: its receive goroutine and timer goroutine, run on the process's other threads
+// when the peer's packets and the timers wake them, wait for it, nothing is answered, and
+// the peer's QPs spend their retry count on the silence. Left alone by empty polls, the
+// receive path is held by a stopped thread only if it stopped in the microseconds it spends
+// on packets.
 func (u *queue) progress() {
 	if !u.polled.Load() {
 		u.polled.Store(true)
+	}
+	u.d.acks.flushOthers(u)
+	if !u.holdingAcks.Load() && !u.responding.Load() && !u.conn.Pending() {
+		if u.testPause != nil {
+			u.testPause()
+		}
+		return
 	}
 	if !u.rxMu.TryLock() {
 		return
 	}
 	if !u.d.closed.Load() {
 		u.flushDeferred()
-		u.d.acks.flushOthers(u)
 		if n, _ := u.conn.Poll(u.rxBatch); n > 0 {
 			u.processBatch(n)
 		} else if len(u.respList) > 0 {
@@ -407,6 +432,9 @@ func (u *queue) finishBatch() {
 	u.respList = append(u.respList, u.respLater...)
 	clear(u.respLater)
 	u.respLater = u.respLater[:0]
+	if more := len(u.respList) > 0; u.responding.Load() != more {
+		u.responding.Store(more)
+	}
 }
 
 // runKicks lets QPs whose window opened send more, from the receive path. A QP whose
