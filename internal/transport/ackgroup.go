@@ -90,8 +90,15 @@ func (g *AckGroup) flushOthers(d *queue) {
 	d.crossAt.Store(now + crossFlushAge)
 	for _, o := range *m {
 		if o != d && o.holdingAcks.Load() && o.rxMu.TryLock() {
-			o.flushDeferredOlder(crossFlushAge, true)
+			// The ACKs are built under o's receive path and sent after it is released: a
+			// thread the system stops in the send holds nothing o's device needs.
+			b := o.d.getBatch()
+			o.takeDeferred(crossFlushAge, true, b)
 			o.rxMu.Unlock()
+			if b.Len() > 0 {
+				_ = o.d.conn.Send(b)
+			}
+			o.d.putBatch(b)
 		}
 	}
 }

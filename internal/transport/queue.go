@@ -196,12 +196,16 @@ const drainBatches = 8
 const defaultAckDelay = 100 * time.Microsecond
 
 // flushDeferred sends ACKs still held back (rxMu held).
-func (u *queue) flushDeferred() { u.flushDeferredOlder(0, false) }
+func (u *queue) flushDeferred() {
+	u.takeDeferred(0, false, u.rxOut)
+	u.flushOut()
+}
 
-// flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held). With try
-// (another queue's poller flushing for it) a QP whose lock is taken is left for later:
-// its own goroutine is busy with it.
-func (u *queue) flushDeferredOlder(minAge int64, try bool) {
+// takeDeferred adds to b the ACKs held back for at least minAge ns, which are then held no
+// longer (rxMu held). With try (another queue's poller taking them) a QP whose lock is
+// taken is left for later: its own goroutine is busy with it. b is the receive path's own
+// batch, sent whenever it fills up, or another, in which what does not fit is left held.
+func (u *queue) takeDeferred(minAge int64, try bool, b *netio.SendBatch) {
 	if len(u.deferred) == 0 {
 		return
 	}
@@ -219,8 +223,12 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 			q.resp.ackDeferred = false
 		case minAge > 0 && q.resp.ackAt > cutoff:
 			kept = append(kept, q)
-		default:
+		case b == u.rxOut:
 			u.ackOutRelock(q)
+		case b.Room(2, 64):
+			q.resp.sendAck(b)
+		default:
+			kept = append(kept, q)
 		}
 		q.mu.Unlock()
 	}
@@ -229,7 +237,6 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 	if len(kept) == 0 {
 		u.d.acks.hold(u, false)
 	}
-	u.flushOut()
 }
 
 // processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
