@@ -370,6 +370,42 @@ func TestServeDoorbellClose(t *testing.T) {
 	})
 }
 
+// Pending reports a queued datagram without receiving it: false on an empty socket, true
+// once a datagram waits (as often as asked), false again after Poll took it, and false
+// after Close.
+func TestPending(t *testing.T) {
+	paths(t, func(t *testing.T, portable bool) {
+		_, b := pair(t, Config{portable: portable})
+		rb := b.NewRecvBatch(4, 2048)
+		if b.Pending() {
+			t.Fatal("Pending on an empty socket")
+		}
+		b.Doorbell(0)
+		// Wait in the poller for the datagram (loopback may queue it after Doorbell returns).
+		guard := time.AfterFunc(testutil.WaitLimit, func() { b.Close() })
+		defer guard.Stop()
+		var got [2]bool // the last look: Serve calls ready before it waits, and again after
+		err := b.Serve(func() bool {
+			got = [2]bool{b.Pending(), b.Pending()}
+			return got[0] || b.closed.Load()
+		})
+		if err != nil || !got[0] || !got[1] {
+			t.Fatalf("Pending with a datagram queued: %v (Serve: %v)", got, err)
+		}
+		if n, err := b.Poll(rb); n != 1 || err != nil {
+			t.Fatalf("Poll after Pending: %d, %v (the peek took the datagram?)", n, err)
+		}
+		if b.Pending() {
+			t.Fatal("Pending after Poll took the only datagram")
+		}
+		b.Doorbell(0)
+		b.Close()
+		if b.Pending() {
+			t.Fatal("Pending after Close")
+		}
+	})
+}
+
 func TestHtons(t *testing.T) {
 	var raw unix.RawSockaddrInet4
 	raw.Port = htons(0x1234)

@@ -161,6 +161,18 @@ func (c *Conn) Poll(b *RecvBatch) (int, error) {
 	return n, err
 }
 
+// Pending reports whether a datagram is queued, without receiving it or waiting (a
+// zero-length peek). A caller that must take a lock to receive can look first and leave
+// the lock alone while nothing is queued. It returns false after Close.
+func (c *Conn) Pending() bool {
+	if !c.acquire() {
+		return false
+	}
+	p := peekFD(c.fd)
+	c.release()
+	return p
+}
+
 func (c *Conn) countTrunc(b *RecvBatch) {
 	for i := 0; i < b.n; i++ {
 		if b.msgs[i].hdr.Flags&unix.MSG_TRUNC != 0 {

@@ -73,25 +73,32 @@ func (g *AckGroup) hold(d *queue, held bool) {
 const crossFlushAge = int64(5 * time.Microsecond)
 
 // flushOthers sends the ACKs held back for at least crossFlushAge by the queues of the
-// group other than d, whose receive path is free (d's rxMu held). It takes no lock but
-// theirs, and only if free. It looks at the others at most once per crossFlushAge (an
-// ACK held for less is not sent anyway): a poller reading the other members' state on
-// every poll took their cache lines from the processors serving them (in a process with
-// two devices bouncing messages, about 0.3 us of each one-way latency).
+// group other than d, whose receive path is free (a poller of d, no lock held). It takes
+// no lock but theirs, and only if free. It looks at the others at most once per
+// crossFlushAge (an ACK held for less is not sent anyway): a poller reading the other
+// members' state on every poll took their cache lines from the processors serving them
+// (in a process with two devices bouncing messages, about 0.3 us of each one-way latency).
 func (g *AckGroup) flushOthers(d *queue) {
 	m := g.members.Load()
 	if m == nil || len(*m) < 2 {
 		return // d is alone (one device of one queue, as in a process per rank): not even the clock
 	}
 	now := d.d.now()
-	if now < d.crossAt {
+	if now < d.crossAt.Load() {
 		return
 	}
-	d.crossAt = now + crossFlushAge
+	d.crossAt.Store(now + crossFlushAge)
 	for _, o := range *m {
 		if o != d && o.holdingAcks.Load() && o.rxMu.TryLock() {
-			o.flushDeferredOlder(crossFlushAge, true)
+			// The ACKs are built under o's receive path and sent after it is released: a
+			// thread the system stops in the send holds nothing o's device needs.
+			b := o.d.getBatch()
+			o.takeDeferred(crossFlushAge, true, b)
 			o.rxMu.Unlock()
+			if b.Len() > 0 {
+				o.d.send(b)
+			}
+			o.d.putBatch(b)
 		}
 	}
 }

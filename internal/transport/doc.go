@@ -36,8 +36,8 @@
 //	queue.rxMu → QP.mu → RecvQueue.mu, CQ.mu, Device.atomicMu, timerQueue.mu, AckGroup.mu, batchList.mu, tpt.Table.mu
 //
 // Device.qpMu (the QP table) is taken alone or under rxMu, never with a QP's lock held.
-// Another queue's rxMu (of the same device or another) is only ever TryLocked under one's
-// own (AckGroup.flushOthers), and a QP's lock from there too. Quiesce and the tests take
+// Another queue's rxMu (of the same device or another) is only ever TryLocked, by a
+// poller holding no lock (AckGroup.flushOthers), and a QP's lock from there too. Quiesce and the tests take
 // a device's queues' rxMu one after another, in queue order, holding no other lock.
 // The locks after QP.mu are leaves: nothing else is taken while one of them is held, and
 // no callback runs under them. (tpt.Table.mu is the translation table's, taken to register
@@ -52,9 +52,12 @@
 //     the lists of QPs with ACKs, responses and requester work pending, held-back ACKs).
 //     Whoever processes the queue's packets holds it: its receive goroutine, its timer
 //     goroutine draining the socket before a loss timeout, or a consumer polling a CQ
-//     (CQ.Progress, which only TryLocks it). A QP's packets are processed only under
-//     its own queue's rxMu (QP.home): a packet that reaches another queue is dropped. It is held across the sendmmsg of the
-//     receive path's own batch, never across a socket read that can block.
+//     (CQ.Progress, which only TryLocks it, and only when the socket holds a datagram or
+//     the queue has ACKs or responses to send: a poll that finds nothing holds no lock,
+//     so a polling thread the system stops holds nothing the device needs). A QP's
+//     packets are processed only under its own queue's rxMu (QP.home): a packet that
+//     reaches another queue is dropped. It is held across the sendmmsg of the receive
+//     path's own batch, never across a socket read that can block.
 //   - QP.mu guards everything in a QP below the line "mu" in its declaration, including
 //     the requester, responder, weak-mode and limit-queue state. It is never held across a
 //     system call: a goroutine that sends a QP's packets builds them under QP.mu, drops

@@ -45,6 +45,13 @@ var lim = DeviceCaps{MaxRdAtomic: 16, MaxDestRdAtomic: 16}
 // the peer's receive path may not run for a hundred milliseconds.
 func connectMode(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32, mode Ordering) {
 	t.Helper()
+	connectTimeout(t, a, b, mtu, psnA, psnB, mode, 14)
+}
+
+// connectTimeout is connectMode with the local ACK timeout code timeout (4.096 µs ×
+// 2^timeout, 7 retries).
+func connectTimeout(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32, mode Ordering, timeout uint8) {
+	t.Helper()
 	for _, s := range []struct {
 		me, peer *side
 		sq, rq   uint32
@@ -54,7 +61,7 @@ func connectMode(t testing.TB, a, b *side, mtu uint8, psnA, psnB uint32, mode Or
 			MaskState|MaskPKeyIndex|MaskPort|MaskAccessFlags, lim))
 		must(t, q.Modify(&Attr{State: StateRTR, PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: wire.PSN(s.rq), MaxDestRdAtomic: 16, MinRNRTimer: 1,
 			Peer: s.peer.d.LocalAddr(), Ordering: mode}, MaskState|MaskAV|MaskPathMTU|MaskDestQPN|MaskRQPSN|MaskMaxDestRdAtomic|MaskMinRNRTimer|MaskOrdering, lim))
-		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: wire.PSN(s.sq), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		must(t, q.Modify(&Attr{State: StateRTS, SQPSN: wire.PSN(s.sq), Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			MaskState|MaskTimeout|MaskRetryCnt|MaskRNRRetry|MaskSQPSN|MaskMaxQPRdAtomic, lim))
 	}
 }

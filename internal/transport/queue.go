@@ -51,7 +51,6 @@ type queue struct {
 	ids                  wire.IDSolver  // the ICRC's identification arithmetic, as tables for frequent lengths
 	rxFrom               netip.AddrPort // where it came from
 	quiesced             uint64         // Quiesce calls that waited for the receive path
-	crossAt              int64          // when this queue's poller may next flush other devices' ACKs (AckGroup.flushOthers)
 
 	// polled is set when a consumer polls (progress) and cleared when the receive goroutine
 	// looks: while consumers poll, the receive goroutine leaves the socket to them and ACKs
@@ -60,6 +59,14 @@ type queue struct {
 	yieldReq atomic.Bool // a completion handler was woken: yield after this batch
 
 	holdingAcks atomic.Bool // ACKs are held back (see AckGroup.hold)
+	// responding: READ responses wait for their next round (respList was not empty when the
+	// last batch ended), which a poll sends even when the socket is empty.
+	responding atomic.Bool
+	crossAt    atomic.Int64 // when this queue's pollers may next flush other devices' ACKs (AckGroup.flushOthers)
+
+	// testPause, set by tests only, is called by a poll that found nothing to do, where it
+	// found out: it stands for the system stopping the polling thread there.
+	testPause func()
 
 	timers timerQueue
 
@@ -122,16 +129,34 @@ func (u *queue) rxReady() bool {
 // progress receives and processes whatever is queued on the socket, in the caller's
 // goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
 // (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
+//
+// A poll with nothing to do leaves the receive path alone: it looks at the socket without
+// receiving (netio.Conn.Pending) and takes rxMu only when a datagram waits, ACKs are held
+// back or READ responses wait for their round. A consumer polls nearly all the time and
+// most polls find nothing, so a receive path taken by every poll would be held by the
+// polling thread most of the time, and a machine busy with other work stops a thread now
+// and then, for up to a second. A thread stopped while holding the receive path stops the
+// device: its receive goroutine and timer goroutine, run on the process's other threads
+// when the peer's packets and the timers wake them, wait for it, nothing is answered, and
+// the peer's QPs spend their retry count on the silence. Left alone by empty polls, the
+// receive path is held by a stopped thread only if it stopped in the microseconds it spends
+// on packets.
 func (u *queue) progress() {
 	if !u.polled.Load() {
 		u.polled.Store(true)
+	}
+	u.d.acks.flushOthers(u)
+	if !u.holdingAcks.Load() && !u.responding.Load() && !u.pending() {
+		if u.testPause != nil {
+			u.testPause()
+		}
+		return
 	}
 	if !u.rxMu.TryLock() {
 		return
 	}
 	if !u.d.closed.Load() {
 		u.flushDeferred()
-		u.d.acks.flushOthers(u)
 		if n, _ := u.poll(); n > 0 {
 			u.processBatch(n)
 		} else if len(u.respList) > 0 {
@@ -155,6 +180,10 @@ func (u *queue) poll() (int, error) {
 	}
 	return u.conn.Poll(u.rxBatch)
 }
+
+// pending reports whether a datagram waits on the queue's socket, without receiving it. A
+// device without sockets has none.
+func (u *queue) pending() bool { return u.d.bare == nil && u.conn.Pending() }
 
 // drainReceive processes what waits in the socket before timers act (the timer
 // goroutine, no lock held): a retransmission timeout must not fire for an ACK that has
@@ -180,12 +209,16 @@ const drainBatches = 8
 const ackDelay = 100 * time.Microsecond
 
 // flushDeferred sends ACKs still held back (rxMu held).
-func (u *queue) flushDeferred() { u.flushDeferredOlder(0, false) }
+func (u *queue) flushDeferred() {
+	u.takeDeferred(0, false, u.rxOut)
+	u.flushOut()
+}
 
-// flushDeferredOlder sends the ACKs held back for at least minAge ns (rxMu held). With try
-// (another queue's poller flushing for it) a QP whose lock is taken is left for later:
-// its own goroutine is busy with it.
-func (u *queue) flushDeferredOlder(minAge int64, try bool) {
+// takeDeferred adds to b the ACKs held back for at least minAge ns, which are then held no
+// longer (rxMu held). With try (another queue's poller taking them) a QP whose lock is
+// taken is left for later: its own goroutine is busy with it. b is the receive path's own
+// batch, sent whenever it fills up, or another, in which what does not fit is left held.
+func (u *queue) takeDeferred(minAge int64, try bool, b *netio.SendBatch) {
 	if len(u.deferred) == 0 {
 		return
 	}
@@ -203,8 +236,12 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 			q.resp.ackDeferred = false
 		case minAge > 0 && q.resp.ackAt > cutoff:
 			kept = append(kept, q)
-		default:
+		case b == u.rxOut:
 			u.ackOutRelock(q)
+		case b.Room(2, 64):
+			q.resp.sendAck(b)
+		default:
+			kept = append(kept, q)
 		}
 		q.mu.Unlock()
 	}
@@ -213,7 +250,6 @@ func (u *queue) flushDeferredOlder(minAge int64, try bool) {
 	if len(kept) == 0 {
 		u.d.acks.hold(u, false)
 	}
-	u.flushOut()
 }
 
 // processBatch handles n received datagrams, splitting GRO-coalesced ones, then sends the
@@ -416,6 +452,9 @@ func (u *queue) finishBatch() {
 	u.respList = append(u.respList, u.respLater...)
 	clear(u.respLater)
 	u.respLater = u.respLater[:0]
+	if more := len(u.respList) > 0; u.responding.Load() != more {
+		u.responding.Store(more)
+	}
 }
 
 // runKicks lets QPs whose window opened send more, from the receive path. A QP whose
