@@ -274,7 +274,7 @@ func (o *orderedResponder) recvAtomic(p *wire.Packet) {
 }
 
 // duplicate answers a request the responder already executed: SEND and WRITE get the
-// latest ACK again, READ and atomics are answered from the resource ring (atomics are
+// latest ACK again (asked for or not), READ and atomics are answered from the resource ring (atomics are
 // never executed twice).
 func (o *orderedResponder) duplicate(p *wire.Packet) {
 	q, rs := o.q, o.rs
@@ -300,8 +300,10 @@ func (o *orderedResponder) duplicate(p *wire.Packet) {
 		}
 		// Not remembered any more (the requester exceeded max_dest_rd_atomic): drop.
 	default:
-		rs.requestAck(p)
+		// Acknowledged again whether it asks or not (as Linux's rxe does): the requester
+		// resends it because it lost the ACK.
 		rs.ackPending = true
+		rs.requestAck(p)
 	}
 }
 

@@ -144,6 +144,28 @@ func TestResponderDuplicates(t *testing.T) {
 	}
 }
 
+// TestResponderDuplicateWithoutAckReq: a duplicate SEND or WRITE is acknowledged again even
+// when it does not ask for an ACK (as Linux's rxe answers one): the requester that resends
+// it has lost the ACK, and would otherwise wait for its timeout again.
+func TestResponderDuplicateWithoutAckReq(t *testing.T) {
+	rg := newQPRig(t, newRigConfig(Ordered))
+	_, mb := rg.mem(64)
+	rg.postRecv(1, sge(mb, 0, 32))
+	send := rigPkt{Op: wire.OpSendOnly, PSN: 0x200, Payload: []byte("first")}
+	wr := write(wire.OpWriteOnly, 0x201, mb, mb.IOVA()+40, 3, []byte("abc"))
+	rg.deliver(send, wr)
+	if p := rg.sent(); len(p) != 0 {
+		t.Fatalf("ACKs %v for requests that asked for none", p)
+	}
+	for _, dup := range []rigPkt{send, wr} {
+		rg.deliver(dup)
+		wantAck(t, rg.sent(), ackSyn, 0x201)
+	}
+	if d := rg.qp.Stats().Duplicates; d != 2 {
+		t.Fatalf("%d duplicates counted, want 2", d)
+	}
+}
+
 // TestResponderSequenceNAK: a packet past the expected PSN gets one PSN sequence error NAK
 // for the expected PSN; the packets after it are dropped quietly; once the expected PSN
 // arrived, the next gap is NAKed again.

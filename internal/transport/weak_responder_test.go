@@ -155,3 +155,20 @@ func TestWeakResponderAbortFlushesSRQWQEs(t *testing.T) {
 	}
 	wantEvent(t, rg.takeEvents(), EventQPLastWQE)
 }
+
+// TestWeakResponderDuplicateAcked: a WRITE that arrives again is not placed again, and is
+// acknowledged again whether it asks for an ACK or not: the requester resends it because
+// it lost the acknowledgement.
+func TestWeakResponderDuplicateAcked(t *testing.T) {
+	rg := newQPRig(t, newRigConfig(Weak))
+	buf, mb := rg.mem(64)
+	wr := rigPkt{Op: wire.OpWeakWrite, PSN: 0x200, RETH: wire.RETH{VA: mb.IOVA(), RKey: mb.Key(), DMALen: 4},
+		OOH: wire.OOH{Length: 4, TxSeq: 1}, Payload: []byte("data")}
+	rg.deliver(wr)
+	rg.sent()
+	copy(buf, "XXXX")
+	rg.deliver(wr)
+	if p := rg.sent(); len(p) != 1 || p[0].BTH.Opcode != wire.OpWeakAck || string(buf[:4]) != "XXXX" || rg.qp.Stats().Duplicates != 1 {
+		t.Fatalf("duplicate WRITE: sent %v, buffer %q, %+v", p, buf[:4], rg.qp.Stats())
+	}
+}
