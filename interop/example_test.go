@@ -29,9 +29,11 @@ func ExampleCheckCapture() {
 	// The check looks at UDP port 4791, the RoCEv2 port: device A takes it, on a loopback
 	// address of its own so that no other program's device is in the way; B takes any port.
 	var a *verbs.Device
-	for a == nil {
+	for try := 0; a == nil; try++ {
 		ip := netip.AddrFrom4([4]byte{127, byte(rand.IntN(250) + 1), byte(rand.IntN(250) + 1), 1})
-		a, _ = verbs.OpenDevice(verbs.DeviceConfig{Addr: ip, PcapFile: file})
+		if a, err = verbs.OpenDevice(verbs.DeviceConfig{Addr: ip, PcapFile: file}); err != nil && try == 9 {
+			panic(err)
+		}
 	}
 	b, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: a.Addr().Addr().Next(), Port: verbs.AnyPort})
 	if err != nil {
