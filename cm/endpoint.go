@@ -32,7 +32,8 @@ type QPConfig struct {
 	SQSigAll bool
 	// Recv are receives posted to the QP before the connection is requested or
 	// accepted, so that the peer's first SEND finds one (their SGEs are of regions of
-	// PD). Without them, post receives before the peer sends.
+	// PD). Without them, post receives before the peer sends. A QP on an SRQ has no
+	// receive queue of its own: post to the SRQ instead.
 	Recv []verbs.RecvWR
 }
 

@@ -225,3 +225,46 @@ func TestEndpointClose(t *testing.T) {
 		t.Errorf("Close after the device closed: %v, want nil", err)
 	}
 }
+
+// An endpoint on a shared receive queue takes the SRQ's PD and its receives.
+func TestAcceptQPOnSRQ(t *testing.T) {
+	da, db := devs(t, verbs.DeviceConfig{})
+	pd, _ := db.AllocPD()
+	srq, err := pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, _ := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	if err := srq.PostSRQRecv([]verbs.RecvWR{{WRID: 3, SGList: []verbs.SGE{inbox.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(db, testPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := acceptQPAsync(l, &QPConfig{SRQ: srq}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := fast(nil)
+	cli, err := DialQP(ctx, da, remote(db, p), nil, p)
+	if err != nil {
+		t.Fatalf("DialQP: %v", err)
+	}
+	defer cli.Close()
+	srv, ok := (<-accepted).(*Endpoint)
+	if !ok {
+		t.Fatal("AcceptQP on an SRQ failed")
+	}
+	defer srv.Close()
+	if srv.PD() != pd {
+		t.Errorf("the endpoint's PD is not the SRQ's")
+	}
+	buf, _ := cli.RegMR([]byte("via the SRQ"), verbs.AccessLocalWrite)
+	if err := cli.QP().PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{buf.SGE(0, buf.Len())}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, srv.CQ(), verbs.WCRecv); wc.WRID != 3 || string(inbox.Buf()[:wc.ByteLen]) != "via the SRQ" {
+		t.Errorf("received WR %d %q", wc.WRID, inbox.Buf()[:wc.ByteLen])
+	}
+}
