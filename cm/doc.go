@@ -20,6 +20,14 @@
 // or Accept (a QP in RESET is moved to INIT first, see InitQP) so that the first SEND
 // never meets an empty receive queue.
 //
+// A simple program makes the connection in one call, as rdma_create_ep lets a
+// librdmacm program do: DialQP and Listener.AcceptQP make the PD (unless given one), a
+// CQ and an RC QP, post QPConfig's receives, connect, and return an Endpoint, whose Close
+// disconnects and frees them in order.
+//
+//	ep, err := cm.DialQP(ctx, dev, netip.MustParseAddrPort("127.0.0.2:7471"), nil, nil)
+//	ep, err := l.AcceptQP(ctx, &cm.QPConfig{PD: pd, Recv: recvs}, nil) // server
+//
 // # The wire
 //
 // CM MADs (256 bytes, management class 0x07, class version 2) in UD SENDs between the two

@@ -3,6 +3,7 @@ package msg
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,16 +12,28 @@ import (
 	"time"
 )
 
+// ErrNoLauncher is FromEnv's error when the environment names no launcher's rank and
+// size. Init then starts a job of one rank.
+var ErrNoLauncher = errors.New("msg: no launcher environment (OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID)")
+
+// launcherVars are the rank and size variables of the launchers FromEnv knows: Open
+// MPI's mpirun, PMI (rmsgrun), Slurm's srun.
+var launcherVars = [][2]string{{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}}
+
 // FromEnv fills Rank, Size and Root from a launcher's environment: Open MPI's mpirun
 // (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), Slurm's srun (SLURM_PROCID,
 // SLURM_NTASKS), PMI (PMI_RANK, PMI_SIZE, as rmsgrun sets); the rendezvous address from
 // SOFTRNIC_ROOT (host:port, like torch.distributed's MASTER_ADDR) and the device address
-// from SOFTRNIC_ADDR. It fails if no launcher's variables are set.
+// from SOFTRNIC_ADDR. It fails with ErrNoLauncher if no launcher's variables are set,
+// and with an error naming the variable if a rank is set without its size.
 func FromEnv(c *Config) error {
-	for _, v := range [][2]string{{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}} {
+	for _, v := range launcherVars {
 		rs, ss := os.Getenv(v[0]), os.Getenv(v[1])
+		if rs != "" && ss == "" {
+			return fmt.Errorf("msg: %s=%q is set but %s is not: a launcher sets both", v[0], rs, v[1])
+		}
 		if rs == "" || ss == "" {
-			continue
+			continue // a size alone is an allocation's (a Slurm shell), not a rank's
 		}
 		r, err1 := strconv.Atoi(rs)
 		s, err2 := strconv.Atoi(ss)
@@ -39,19 +52,42 @@ func FromEnv(c *Config) error {
 		if c.Root == "" {
 			c.Root = os.Getenv("SOFTRNIC_ROOT")
 		}
-		if a := os.Getenv("SOFTRNIC_ADDR"); a != "" && !c.Addr.IsValid() {
-			ip, err := netip.ParseAddr(a)
-			if err != nil {
-				return fmt.Errorf("msg: SOFTRNIC_ADDR=%q: %v", a, err)
-			}
-			c.Addr = ip
+		if err := addrFromEnv(c); err != nil {
+			return err
 		}
 		if c.Root == "" && s > 1 {
 			return fmt.Errorf("msg: SOFTRNIC_ROOT (host:port of rank 0's rendezvous) is not set")
 		}
 		return nil
 	}
-	return fmt.Errorf("msg: no launcher environment (OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID)")
+	return ErrNoLauncher
+}
+
+// addrFromEnv sets c.Addr from SOFTRNIC_ADDR, unless it is set already.
+func addrFromEnv(c *Config) error {
+	if a := os.Getenv("SOFTRNIC_ADDR"); a != "" && !c.Addr.IsValid() {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("msg: SOFTRNIC_ADDR=%q: %v", a, err)
+		}
+		c.Addr = ip
+	}
+	return nil
+}
+
+// fromEnvOrAlone fills a Config whose Size is 0: from the launcher's environment, or,
+// with no launcher, as the one rank of a job of one (MPI's singleton). A Rank without a
+// Size is refused: the program meant to name its place in a larger job.
+func fromEnvOrAlone(c *Config) error {
+	if c.Rank != 0 {
+		return fmt.Errorf("msg: Config.Rank is %d but Size is 0: set both, or neither to take them from the launcher", c.Rank)
+	}
+	err := FromEnv(c)
+	if !errors.Is(err, ErrNoLauncher) {
+		return err
+	}
+	c.Rank, c.Size = 0, 1
+	return addrFromEnv(c)
 }
 
 // bookEntry is one rank's line of the address book.

@@ -19,18 +19,22 @@ import (
 // servicePort is the connection manager port every rank listens on.
 const servicePort = 18600
 
-// Comm is one rank of a job: its device, its connections to the other ranks (made on
-// first use), and the progress engine that moves all of them.
+// Comm is one rank of a job (MPI_COMM_WORLD as this rank sees it): its device, its
+// connections to the other ranks (made on first use), and the progress engine that moves
+// all of them. Init makes it; Close ends it.
 //
-// Every method may be called from any goroutine. Locking: the progress lock (pmu) guards
-// the connection state, the rings, the matching queues and the requests. Whoever holds it
-// progresses (round): an API call that starts an operation, a Wait that polls for its
-// request (in the caller's goroutine, as MPI libraries progress in the caller's thread:
-// no hand-off between goroutines on the way to a completion), or the progress goroutine,
-// which sleeps on the CQ's completion channel while no caller polls and keeps
-// connections moving between calls. Goroutines that must not wait for the lock (the CM's
-// answers, the listener) hand work over with submit, under mu.
+// Every method may be called from any goroutine. Operations progress in the goroutine
+// that waits for them (as MPI libraries progress in the caller's thread), and in a
+// progress goroutine of the rank's own while no caller waits, so that connections keep
+// moving between calls.
 type Comm struct {
+	// Locking: the progress lock (pmu) guards the connection state, the rings, the
+	// matching queues and the requests. Whoever holds it progresses (round): an API call
+	// that starts an operation, a Wait that polls for its request (no hand-off between
+	// goroutines on the way to a completion), or the progress goroutine, which sleeps on
+	// the CQ's completion channel while no caller polls. Goroutines that must not wait
+	// for the lock (the CM's answers, the listener) hand work over with submit, under mu.
+
 	cfg  Config
 	rank int
 	size int
@@ -84,10 +88,12 @@ type Comm struct {
 // Init starts this rank: it opens the device, finds the other ranks through the
 // rendezvous at cfg.Root (rank 0 serves it), and starts listening for connections.
 // Connections are made on first use (a rank talks to few of a large job's ranks; 1,000
-// peers cost nothing until used). With cfg.Size 0 it reads the launcher's environment.
+// peers cost nothing until used). With cfg.Size 0 it reads the launcher's environment;
+// a program run without a launcher is a job of one rank (Rank 0, Size 1), as an MPI
+// program run without mpirun is, whose sends to itself and collectives work.
 func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if cfg.Size == 0 {
-		if err := FromEnv(&cfg); err != nil {
+		if err := fromEnvOrAlone(&cfg); err != nil {
 			return nil, err
 		}
 	}

@@ -9,7 +9,8 @@ import (
 )
 
 // Config configures a rank. Zero fields take the defaults shown; Rank, Size and Root
-// come from the launcher's environment when Size is 0 (see FromEnv).
+// come from the launcher's environment when Size is 0 (see FromEnv), and with no
+// launcher the rank is the only one of its job (Rank 0, Size 1).
 type Config struct {
 	Rank, Size int
 	// LocalSize is how many of the job's ranks share this host (0: unknown; from

@@ -27,7 +27,10 @@
 //     (Config.LocalSize).
 //
 // A program may instead fill Config.Rank, Size and Root itself, as the example does to
-// run both ranks of a job in one process.
+// run both ranks of a job in one process. A program run without a launcher (none of the
+// rank variables set) and with no Rank and Size of its own is a job of one rank, as an
+// MPI program run without mpirun is: Rank 0, Size 1, its sends to itself and its
+// collectives work, and nothing is dialled.
 //
 // Each rank opens a device of its own on an ephemeral UDP port of its address, so that
 // ranks on one host share the address. Then the ranks find each other: rank 0 listens

@@ -10,7 +10,8 @@ import (
 )
 
 // Two devices on one host (127.0.0.1 and 127.0.0.2), one RC queue pair each: a SEND with
-// immediate data, then an RDMA WRITE straight into the peer's registered memory.
+// immediate data into a posted receive, then an RDMA WRITE straight into the peer's
+// registered memory, each completion waited for with CQ.Wait.
 func Example() {
 	open := func(ip string) (*verbs.Device, *verbs.PD, *verbs.CQ, *verbs.QP) {
 		dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: netip.MustParseAddr(ip), Port: verbs.AnyPort})
@@ -50,12 +51,14 @@ func Example() {
 	qpB.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mrB.SGE(0, 64)}}})
 	qpA.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSendWithImm, ImmData: 42,
 		SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{mrA.SGE(0, 5)}}})
+	// CQ.Wait polls until a completion is in (or the context ends).
+	ctx := context.Background()
 	wc := make([]verbs.WorkCompletion, 1)
-	for cqB.PollCQ(wc) == 0 {
+	if _, err := cqB.Wait(ctx, wc); err != nil {
+		panic(err)
 	}
 	fmt.Println(wc[0].Opcode, wc[0].Status, wc[0].ByteLen, wc[0].ImmData, string(dst[:5]))
-	for cqA.PollCQ(wc) == 0 {
-	}
+	cqA.Wait(ctx, wc)
 	fmt.Println(wc[0].Opcode, wc[0].Status)
 
 	// RDMA WRITE: the peer's CPU is not involved; only the writer gets a completion. The
@@ -64,11 +67,9 @@ func Example() {
 	qpA.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{mrA.SGE(0, len(src))}, RemoteAddr: mrB.Addr() + 8, RKey: mrB.RKey()},
 		{WRID: 5, Opcode: verbs.WRSend}})
-	for cqA.PollCQ(wc) == 0 {
-	}
+	cqA.Wait(ctx, wc)
 	write := wc[0]
-	for cqB.PollCQ(wc) == 0 { // the message after the WRITE
-	}
+	cqB.Wait(ctx, wc) // the message after the WRITE
 	fmt.Println(write.Opcode, write.Status, string(dst[8:8+len(src)]))
 	// Output:
 	// RECV success 5 42 hello

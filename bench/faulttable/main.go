@@ -3,6 +3,10 @@
 // rounds. The ratios (a fault's share of the fault-free rate, weak against ordered) are the
 // medians of each round's own ratios, not ratios of medians: the rounds' settings run close
 // together, the rounds minutes apart, and the machine's speed changes in between.
+//
+//	go run ./bench/faulttable RESULTS.jsonl     the table, on standard output
+//
+// bench/faults.sh runs it on the results it gathered.
 package main
 
 import (

@@ -1,5 +1,9 @@
 // Command summarize turns the output of bench/compare.sh (the peers script's lines and
 // rperf JSON lines, several runs each) into a markdown table of medians and ratios.
+//
+//	go run ./bench/summarize -peers PEERS.txt -rperf RPERF.jsonl
+//
+// bench/compare.sh runs it on what it gathered.
 package main
 
 import (
