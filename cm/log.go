@@ -8,7 +8,9 @@ import (
 
 // Connection events, the messages of the records the CM logs. Established and closed
 // connections are logged at Info, failures at Warn; every record carries the local and
-// remote device addresses, the QP numbers known and a reason.
+// remote device addresses, the QP numbers known and a reason. A new kind of event gets a
+// constant here and a call of conn.logEvent (or, for an event with no connection, of
+// logEvent with the device's logger) where it happens; docs/metrics.md lists them.
 const (
 	evEstablished     = "cm: connection established"
 	evClosed          = "cm: connection closed"

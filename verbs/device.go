@@ -214,7 +214,7 @@ type Device struct {
 	done   chan struct{} // closed by Close: wakes every waiter
 	gsi    *gsi          // QP1 and its agent (gsi.go)
 	events eventQueue
-	qpSet  map[*QP]struct{} // the device's QPs (guarded by mu), for QPs
+	qpSet  map[*QP]struct{} // the device's QPs (guarded by mu), listed by QPs
 	log    *slog.Logger     // DeviceConfig.Logger
 
 	hs    atomic.Pointer[handlerSet] // completion handlers
