@@ -2,6 +2,7 @@ package cm
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -61,6 +62,7 @@ type conn struct {
 	ended     bool
 	discDone  chan struct{} // closed when a local Disconnect finished
 	discErr   error
+	log       *slog.Logger // DialParams.Logger or AcceptParams.Logger (nil: the device's)
 }
 
 func (m *manager) newConn(active bool, peer netip.AddrPort) *conn {
@@ -151,6 +153,7 @@ func (c *conn) establish() {
 	}
 	m.stats.Established++
 	m.attachPeer(c)
+	c.logEvent(slog.LevelInfo, evEstablished, "") // before Dial or Accept returns
 	c.finish(nil)
 }
 
@@ -215,6 +218,7 @@ func (m *manager) onTimer(c *conn, gen uint64) {
 			return
 		}
 		err := fmt.Errorf("%w (%d retries, %v each)", ErrTimeout, c.retries, c.timeout)
+		c.logEvent(slog.LevelWarn, evNoAnswer, err.Error())
 		switch c.state {
 		case stReqSent, stRepSent:
 			// Tell the peer we give up, so that it does not keep a half-open connection.
@@ -310,6 +314,7 @@ func (cn *Conn) Disconnect() error {
 	c.arm(c.timeout)
 	m.stats.Disconnected++
 	c.end(ErrDisconnected)
+	c.logEvent(slog.LevelInfo, evClosed, "disconnected by this side")
 	wait := make(chan struct{})
 	c.discDone = wait
 	m.mu.Unlock()

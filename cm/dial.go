@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -29,6 +30,9 @@ type DialParams struct {
 	// KeepAlive is how often the peer device is probed once connected
 	// (DefaultKeepAlive; negative: never, and a vanished peer goes unnoticed).
 	KeepAlive time.Duration
+	// Logger, if set, receives the connection's events (established, rejected, closed,
+	// failed) instead of the device's logger (verbs.DeviceConfig.Logger).
+	Logger *slog.Logger
 }
 
 func (p *DialParams) retries() int {
@@ -164,6 +168,7 @@ func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *ver
 	c := m.newConn(true, peer)
 	c.holdsSlot = true
 	c.qp, c.params, c.timeout, c.maxRetries, c.keepAlive = qp, o, timeout, p.retries(), keepAliveOr(p.KeepAlive)
+	c.log = p.Logger
 	// Starting PSNs as Linux's CM has them: the REQ's is the PSN this side receives
 	// first, the REP's the one it sends first.
 	rqPSN := verbs.RandomPSN()
@@ -271,6 +276,7 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 	}
 	zeroes(&o)
 	if err := c.qp.Connect(r.StartingPSN, remote, o); err != nil {
+		c.logEvent(slog.LevelWarn, evFailed, fmt.Sprintf("configuring the QP from the peer's reply: %v", err))
 		rej := mad.REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: mad.MsgREP, Reason: mad.RejNoQP}
 		m.stats.REJSent++
 		c.keep(&rej)
@@ -315,6 +321,12 @@ func (m *manager) onREJ(src netip.AddrPort, r *mad.REJ) bool {
 	}
 	m.stats.REJReceived++
 	err := &RejectError{Reason: RejectReason(r.Reason), PrivateData: append([]byte(nil), r.PrivateData[:]...)}
+	switch c.state {
+	case stReqSent, stRepSent:
+		c.logEvent(slog.LevelWarn, evRejected, err.Reason.String())
+	case stEstablished:
+		c.logEvent(slog.LevelWarn, evClosed, "the peer gave up on it: "+err.Reason.String())
+	}
 	switch c.state {
 	case stReqSent:
 		c.finish(err)

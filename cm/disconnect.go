@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"log/slog"
 	"net/netip"
 
 	"github.com/softrnic/softrnic/internal/mad"
@@ -33,12 +34,16 @@ func (m *manager) onDREQ(src netip.AddrPort, tid uint64, d *mad.DREQ) bool {
 	}
 	switch c.state {
 	case stEstablished, stDreqSent:
+		if c.state == stEstablished {
+			c.logEvent(slog.LevelInfo, evClosed, "disconnected by the peer")
+		}
 		c.toErr()
 		c.end(ErrDisconnected)
 		c.timewait()
 	case stRepSent:
 		// The requester went from RTU to DREQ and our RTU was lost: the connection
 		// existed; end it. Accept's wait ends with ErrDisconnected.
+		c.logEvent(slog.LevelInfo, evClosed, "disconnected by the peer before its ReadyToUse came")
 		c.toErr()
 		c.finish(ErrDisconnected)
 		c.end(ErrDisconnected)

@@ -1,6 +1,8 @@
 package cm
 
 import (
+	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -61,6 +63,7 @@ func (m *manager) probe(p *peer) {
 		m.stats.PeersLost++
 		delete(m.peers, p.addr)
 		for c := range p.conns {
+			c.logEvent(slog.LevelWarn, evPeerGone, fmt.Sprintf("%d keep-alive probes unanswered, %v apart", p.missed, p.interval))
 			if c.state == stDreqSent {
 				c.discErr = ErrPeerUnreachable // Disconnect waits for a DREP that will not come
 			}

@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -182,6 +183,7 @@ func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 		// connection (IBTA 12.9.8.3.2).
 		m.stats.StaleRejects++
 		m.rejectREQ(src, tid, r, mad.RejStaleConn, nil)
+		old.logEvent(slog.LevelWarn, evClosed, "the peer's QP asked to connect again: the connection is stale")
 		old.toErr()
 		old.end(ErrDisconnected)
 		old.state = stDreqSent
@@ -232,6 +234,7 @@ const targetACKDelay = 15
 // rejectREQ answers a request that created no connection (mu held).
 func (m *manager) rejectREQ(src netip.AddrPort, tid uint64, r *mad.REQ, reason uint16, data []byte) {
 	m.stats.REJSent++
+	logEvent(m.dev.Logger(), slog.LevelWarn, evRejectedRequest, m.local, src, 0, r.LocalQPN, RejectReason(reason).String())
 	rej := mad.REJ{RemoteCommID: r.LocalCommID, MessageRejected: mad.MsgREQ, Reason: reason}
 	copy(rej.PrivateData[:], data)
 	m.sendOnce(src, tid, &rej)
@@ -242,6 +245,11 @@ func (c *conn) reject(reason uint16, data []byte) {
 	rej := mad.REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: mad.MsgREQ, Reason: reason}
 	copy(rej.PrivateData[:], data)
 	c.m.stats.REJSent++
+	level := slog.LevelWarn
+	if reason == mad.RejConsumerReject {
+		level = slog.LevelInfo // the application's choice, not a failure
+	}
+	c.logEvent(level, evRejectedRequest, RejectReason(reason).String())
 	c.keep(&rej) // kept: a resent REQ gets the same answer
 	c.finish(ErrState)
 	c.timewait()
@@ -279,6 +287,9 @@ type AcceptParams struct {
 	// KeepAlive is how often the peer device is probed once connected
 	// (DefaultKeepAlive; negative: never).
 	KeepAlive time.Duration
+	// Logger, if set, receives the connection's events (established, closed, failed)
+	// instead of the device's logger (verbs.DeviceConfig.Logger).
+	Logger *slog.Logger
 }
 
 // Accept connects qp (an RC QP of the listener's device in RESET or INIT) to the
@@ -354,6 +365,7 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	}
 	c.qp = qp
 	c.keepAlive = keepAliveOr(p.KeepAlive)
+	c.log = p.Logger
 	c.peerData = r.PrivateData
 	rep := mad.REP{LocalCommID: c.id, RemoteCommID: c.remoteID, LocalQPN: qp.QPNum(), StartingPSN: rqPSN,
 		ResponderResources: o.MaxRdAtomic, InitiatorDepth: o.MaxRdAtomic, RNRRetryCount: repRNR & 7,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"runtime"
@@ -125,6 +126,13 @@ type DeviceConfig struct {
 	// Capture, if set (and PcapFile is not), is a capture the device writes to; several
 	// devices may share one. The device does not close it.
 	Capture *PacketCapture
+	// Logger, if set, is told about the device's connection events: an RC or UD QP that
+	// entered the error state on a failure of its own (its retries exhausted, a NAK from
+	// the responder, a protection error; not a ModifyQP to ERR), at Warn; and, through
+	// the device's connection manager (package cm), connections established and closed
+	// (Info), rejected, timed out and lost with their peer (Warn). Nil: no logging. Events
+	// are rare; nothing is logged per packet or per work request.
+	Logger *slog.Logger
 
 	filter netio.FilterFunc // exact per-packet faults, for this package's tests
 }
@@ -206,6 +214,8 @@ type Device struct {
 	done   chan struct{} // closed by Close: wakes every waiter
 	gsi    *gsi          // QP1 and its agent (gsi.go)
 	events eventQueue
+	qpSet  map[*QP]struct{} // the device's QPs (guarded by mu), listed by QPs
+	log    *slog.Logger     // DeviceConfig.Logger
 
 	hs    atomic.Pointer[handlerSet] // completion handlers
 	cqSet map[*CQ]struct{}           // the device's CQs (guarded by mu), to unbind a removed handler's
@@ -270,7 +280,8 @@ func OpenDevice(cfg DeviceConfig) (*Device, error) {
 	case cfg.NumCompVectors > 0 && cfg.NumCompVectors != len(hcfg):
 		return nil, fmt.Errorf("verbs: open device: %w: NumCompVectors %d but %d CompletionHandlers", ErrInvalid, cfg.NumCompVectors, len(hcfg))
 	}
-	c := &Device{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{}), cqSet: map[*CQ]struct{}{}}
+	c := &Device{gid: GIDFromAddr(addr), nextPD: 1, done: make(chan struct{}), cqSet: map[*CQ]struct{}{},
+		qpSet: map[*QP]struct{}{}, log: cfg.Logger}
 	if err := c.setupHandlers(hcfg); err != nil {
 		return nil, err
 	}
@@ -346,6 +357,9 @@ func OpenDevice(cfg DeviceConfig) (*Device, error) {
 		PhysPortCnt:     1,
 	}
 	d.OnEvent = c.onEvent
+	if c.log != nil {
+		d.OnQPError = c.onQPError
+	}
 	if err := c.openGSI(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("verbs: open device: QP1: %w", err)

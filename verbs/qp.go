@@ -146,6 +146,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		a.SRQ.qps++
 	}
 	c.qps++
+	c.qpSet[q] = struct{}{}
 	return q, nil
 }
 
@@ -176,6 +177,7 @@ func (q *QP) DestroyQP() error {
 	}
 	q.pd.users--
 	c.qps--
+	delete(c.qpSet, q)
 	c.mu.Unlock()
 	q.qp.Destroy()
 	c.events.forget(q)

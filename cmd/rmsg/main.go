@@ -15,6 +15,9 @@
 //	mpirun -np 4 -x SOFTRNIC_ROOT=127.0.0.1:29500 rmsg selftest
 //
 // Rank 0 prints the results; with --json one object per result (test, size, figures).
+// With --metrics HOST:PORT each rank serves its counters while it runs (the launcher's
+// rank r on PORT+r): Prometheus text at /metrics, expvar JSON at /debug/vars
+// (docs/metrics.md).
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -31,6 +35,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/metricshttp"
+	"github.com/softrnic/softrnic/metrics"
 	"github.com/softrnic/softrnic/msg"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -69,6 +75,7 @@ func main() {
 	ordering := fs.String("ordering", "ordered", "offer ordered or weak delivery")
 	conns := fs.Int("conns", 0, "memory: measure rank 0 with this many connections, the other ranks all hosted by the launcher's rank 1 (run with -np 2)")
 	cpuprofile := fs.String("cpuprofile", "", "write each rank's CPU profile to this file, suffixed with .RANK")
+	metricsAddr := fs.String("metrics", "", "serve the rank's counters on this address while it runs (host:port, e.g. 127.0.0.1:9464; the launcher's rank r on port+r, port 0: one the system picks): Prometheus text at /metrics, expvar JSON at /debug/vars")
 	phases := fs.String("phases", "", "eager slot sizes, comma-separated, smallest first (default msg.DefaultPhases); enlarge with a first phase of 16384 times the same first round trip without an enlargement")
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|enlarge|selftest [flags]   (under rmsgrun or mpirun)")
@@ -88,7 +95,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if test == "memory" && *conns > 0 {
-		if err := memoryMany(ctx, cfg, *conns, *jsonOut); err != nil {
+		if err := memoryMany(ctx, cfg, *conns, *jsonOut, *metricsAddr); err != nil {
 			fmt.Fprintln(os.Stderr, "rmsg memory:", err)
 			os.Exit(1)
 		}
@@ -98,6 +105,15 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rmsg:", err)
 		os.Exit(1)
+	}
+	if *metricsAddr != "" {
+		srv, err := serveMetrics(*metricsAddr, c.Rank())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rmsg:", err)
+			os.Exit(1)
+		}
+		defer srv.Close()
+		metrics.AddComm(c)
 	}
 	if *cpuprofile != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprofile, c.Rank()))
@@ -171,6 +187,29 @@ func main() {
 		fmt.Fprintf(os.Stderr, "rmsg rank %d: %v\n", c.Rank(), err)
 		os.Exit(1)
 	}
+}
+
+// serveMetrics serves metrics.Default (the process's communicators) on addr with its
+// port moved up by rank, so that the ranks a launcher starts on one host do not clash
+// (port 0: one the system picks), and says where.
+func serveMetrics(addr string, rank int) (*metricshttp.Server, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p+rank > 65535 {
+		return nil, fmt.Errorf("--metrics %q: bad port", addr)
+	}
+	if p != 0 {
+		p += rank
+	}
+	srv, err := metricshttp.Start(net.JoinHostPort(host, strconv.Itoa(p)), metrics.Default)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "rmsg rank %d: metrics at http://%s/metrics\n", rank, srv.Addr())
+	return srv, nil
 }
 
 func orDefault(v, d []int) []int {
@@ -507,12 +546,19 @@ func printMemory(r result) {
 // rank 0 alone in the launcher's rank 0, ranks 1..n in its rank 1 (each with its own
 // device, its queues kept small); rank 0 sends each one small message, then reports what
 // it holds registered per connection.
-func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool) error {
+func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool, metricsAddr string) error {
 	if err := msg.FromEnv(&cfg); err != nil {
 		return err
 	}
 	if cfg.Size != 2 {
 		return fmt.Errorf("-conns needs a job of 2 processes (rmsgrun -np 2), not %d", cfg.Size)
+	}
+	if metricsAddr != "" {
+		srv, err := serveMetrics(metricsAddr, cfg.Rank)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
 	}
 	cfg.Size = n + 1
 	if cfg.Rank == 0 {
@@ -521,6 +567,7 @@ func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool) error 
 			return err
 		}
 		defer c.Close()
+		metrics.AddComm(c)
 		if err := memory(ctx, c, func(r result) {
 			r.Ranks = c.Size()
 			if jsonOut {
@@ -544,6 +591,7 @@ func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool) error 
 			cfg.Rank = r
 			c, err := msg.Init(ctx, cfg)
 			if err == nil {
+				metrics.AddComm(c)
 				err = memory(ctx, c, func(result) {})
 				if err == nil {
 					err = c.Barrier(ctx)

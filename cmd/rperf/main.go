@@ -39,7 +39,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/softrnic/softrnic/internal/metricshttp"
 	"github.com/softrnic/softrnic/internal/perf"
+	"github.com/softrnic/softrnic/metrics"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -53,6 +55,7 @@ type options struct {
 	port     int
 	devAddr  string
 	faults   string
+	metrics  string
 }
 
 func main() {
@@ -105,6 +108,7 @@ flags:
 	traceFile := fs.String("trace", "", "write a Go execution trace to this file (go tool trace FILE; -pprof=sched shows where goroutines waited for a processor)")
 	pcapFile := fs.String("pcap", "", "write every packet of the client's device to this pcap file, as its link carries it (tshark -r FILE; up to 256 MiB)")
 	ordering := fs.String("ordering", "ordered", "delivery mode to offer: ordered or weak (weak is used only if both sides offer it)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve the devices' counters on this address while rperf runs (e.g. 127.0.0.1:9464): Prometheus text at /metrics, expvar JSON at /debug/vars")
 	fs.DurationVar(&o.cfg.BusyPoll, "busy-poll", 0, "how long each device's receive goroutine polls after traffic before sleeping (default 50us; negative: never)")
 
 	// Flags may come before or after the positional arguments.
@@ -197,6 +201,15 @@ flags:
 			}
 		}()
 	}
+	if o.metrics != "" {
+		srv, err := metricshttp.Start(o.metrics, metrics.Default)
+		if err != nil {
+			fatal(err)
+		}
+		defer srv.Close()
+		o.cfg.Metrics = metrics.Default
+		fmt.Fprintf(os.Stderr, "rperf: metrics at http://%s/metrics\n", srv.Addr())
+	}
 	if err := run(&o, pos); err != nil {
 		pprof.StopCPUProfile()
 		fatal(err)
@@ -260,7 +273,7 @@ func run(o *options, pos []string) error {
 		fmt.Fprintf(os.Stderr, "rperf: loopback suite (devices 127.0.0.1 and 127.0.0.2 in this process%s); `rperf -h` for more\n", via)
 		for _, c := range suite {
 			c.MTU, c.Check, c.Timeout, c.Faults, c.BusyPoll, c.Ordering, c.CM = o.cfg.MTU, o.cfg.Check, o.cfg.Timeout, o.cfg.Faults, o.cfg.BusyPoll, o.cfg.Ordering, o.cfg.CM
-			c.Capture = o.cfg.Capture
+			c.Capture, c.Metrics = o.cfg.Capture, o.cfg.Metrics
 			if o.cfg.Perftest {
 				c.Perftest, c.MTU = true, o.cfg.MTU
 			}

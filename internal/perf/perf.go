@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softrnic/softrnic/metrics"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	BusyPoll time.Duration `json:"-"`
 	// Capture, if set, receives every packet of the client's device (verbs.PacketCapture).
 	Capture *verbs.PacketCapture `json:"-"`
+	// Metrics, if set, publishes the counters of every device the test opens (rperf
+	// --metrics); a device leaves it when it is closed.
+	Metrics *metrics.Registry `json:"-"`
 	// Ordering is what this side offers; weak mode is used only if both sides offer it.
 	Ordering verbs.Ordering `json:"-"`
 	// CM connects the QPs through the connection manager (package cm) instead of the
@@ -261,3 +265,10 @@ func (r Result) Row() string {
 
 // DefaultAddrs are the loopback device addresses (client, server).
 var DefaultAddrs = [2]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}
+
+// publish adds dev to c.Metrics, if set.
+func (c *Config) publish(dev *verbs.Device) {
+	if c.Metrics != nil {
+		c.Metrics.AddDevice(dev)
+	}
+}

@@ -246,6 +246,7 @@ func newPtSide(c *Config, client bool, ctx *verbs.Device, addr netip.Addr, p ptP
 		if err != nil {
 			return nil, err
 		}
+		c.publish(ctx)
 		s.own = true
 	}
 	s.ctx = ctx
@@ -704,6 +705,7 @@ func PerftestClient(c Config, ctlAddr string, devAddr netip.Addr, stats bool) ([
 		if err != nil {
 			return nil, err
 		}
+		c.publish(dev)
 		defer dev.Close()
 		defer shareHostAddr(remote.Addr())()
 		return perftestDialCM(&c, dev, remote, stats, nil)
@@ -825,8 +827,12 @@ func PerftestLoopback(c Config, addrs [2]netip.Addr, stats bool) (client, server
 // port the kernel picks for the first that is also free on the second address.
 func pairDevices(c *Config, addrs [2]netip.Addr, free bool) ([2]*verbs.Device, error) {
 	open := func(a netip.Addr, port int, capture *verbs.PacketCapture) (*verbs.Device, error) {
-		return verbs.OpenDevice(verbs.DeviceConfig{Addr: a, Port: port, Queues: c.Queues, Faults: c.Faults,
+		dev, err := verbs.OpenDevice(verbs.DeviceConfig{Addr: a, Port: port, Queues: c.Queues, Faults: c.Faults,
 			Window: c.Window, BusyPoll: c.BusyPoll, Capture: capture})
+		if err == nil {
+			c.publish(dev)
+		}
+		return dev, err
 	}
 	var last error
 	for range 20 {

@@ -215,6 +215,7 @@ func serveRperf(own Config, conn net.Conn, br *bufio.Reader, devAddr netip.Addr,
 	}
 	c.Faults = faults
 	c.BusyPoll = own.BusyPoll
+	c.Metrics = own.Metrics
 	if own.Queues != 0 {
 		c.Queues = own.Queues
 	}

@@ -78,6 +78,7 @@ func NewServer(own Config, ctlAddr string, devAddr netip.Addr) (*Server, error) 
 			s.Skipped = append(s.Skipped, fmt.Errorf("no device at %v: %w", netip.AddrPortFrom(a, uint16(port)), err))
 			continue
 		}
+		own.publish(dev)
 		l, err := cm.Listen(dev, s.ctlPort)
 		if err != nil {
 			dev.Close()

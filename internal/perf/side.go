@@ -64,6 +64,7 @@ func newSide(c *Config, ctx *verbs.Device, addr netip.Addr, port int, capture *v
 		if err != nil {
 			return nil, err
 		}
+		c.publish(ctx)
 		s.own = true
 	}
 	s.ctx = ctx

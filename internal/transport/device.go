@@ -112,6 +112,11 @@ type Device struct {
 	// OnEvent receives asynchronous events. It is called with engine locks held and must
 	// only queue the event.
 	OnEvent func(Event)
+	// OnQPError, if set, is told when a QP enters the error state on a failure of its own
+	// (not a ModifyQP): status is the completion status of the work request that failed
+	// (StatusWRFlushErr when the failure was the responder's, which raised an event too).
+	// It is called with engine locks held and must only queue the report.
+	OnQPError func(q *QP, status uint8)
 
 	closed atomic.Bool
 	wg     sync.WaitGroup

@@ -178,6 +178,9 @@ func (q *QP) errorState(status uint8, verr uint32) {
 	q.state = StateErr
 	q.attr.State = StateErr
 	q.flush(status, verr)
+	if h := q.dev.OnQPError; h != nil {
+		h(q, status)
+	}
 }
 
 // flush completes every outstanding send WQE (the first with status, if it is not
