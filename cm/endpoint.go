@@ -198,7 +198,7 @@ func makeEndpoint(dev *verbs.Device, cfg *QPConfig, o verbs.ConnectOptions, op s
 			return fail(err)
 		}
 		ep.pd, ep.ownPD = pd, true
-	} else if ep.pd.Context() != dev {
+	} else if ep.pd.Device() != dev {
 		return nil, fmt.Errorf("cm: %s: the PD belongs to another device: %w", op, verbs.ErrInvalid)
 	}
 	c := cfg.Cap

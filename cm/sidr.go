@@ -560,7 +560,7 @@ func checkUDQP(dev *verbs.Device, qp *verbs.QP) error {
 	if qp == nil {
 		return fmt.Errorf("cm: nil QP")
 	}
-	if qp.PD().Context() != dev {
+	if qp.PD().Device() != dev {
 		return fmt.Errorf("cm: QP %#x belongs to another device", qp.QPNum())
 	}
 	if _, init := qp.QueryQP(); init.QPType != verbs.QPTypeUD {

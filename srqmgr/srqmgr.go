@@ -155,7 +155,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.MinDepth = cfg.SRQ.QuerySRQ().MaxWR
 	}
 	if cfg.MaxDepth <= 0 {
-		cfg.MaxDepth = cfg.PD.Context().QueryDevice().MaxSRQWR
+		cfg.MaxDepth = cfg.PD.Device().QueryDevice().MaxSRQWR
 	}
 	if cfg.MaxDepth < cfg.MinDepth {
 		return nil, fmt.Errorf("srqmgr: MaxDepth %d below MinDepth %d", cfg.MaxDepth, cfg.MinDepth)

@@ -302,8 +302,8 @@ func (cq *CQ) QueryCQ() CQAttr {
 	return CQAttr{Handler: cq.CompVector(), ModerationCount: n, ModerationPeriod: p}
 }
 
-// Context returns the device the CQ belongs to.
-func (cq *CQ) Context() *Device { return cq.ctx }
+// Device returns the device the CQ belongs to.
+func (cq *CQ) Device() *Device { return cq.ctx }
 
 // pollChunk is how many completions PollCQ moves per step (on the stack, so polling
 // allocates nothing).

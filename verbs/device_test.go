@@ -143,7 +143,7 @@ func TestDeviceLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateCQ on the last completion vector: %v", err)
 	}
-	if last.CompVector() != attr.NumCompVectors-1 || last.CQE() < 1 || last.Context() != ctx || last.Channel() != nil {
+	if last.CompVector() != attr.NumCompVectors-1 || last.CQE() < 1 || last.Device() != ctx || last.Channel() != nil {
 		t.Errorf("CQ reports vector %d, cqe %d", last.CompVector(), last.CQE())
 	}
 
@@ -223,8 +223,8 @@ func TestDeallocPDBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pd.Context() != ctx {
-		t.Errorf("PD.Context() is not the device")
+	if pd.Device() != ctx {
+		t.Errorf("PD.Device() is not the device")
 	}
 	mr := mustReg(t, pd, make([]byte, 64), verbs.AccessLocalWrite)
 	if err := pd.DeallocPD(); !errors.Is(err, verbs.ErrBusy) {

@@ -49,8 +49,8 @@ func (pd *PD) DeallocPD() error {
 	return nil
 }
 
-// Context returns the device the PD belongs to.
-func (pd *PD) Context() *Device { return pd.ctx }
+// Device returns the device the PD belongs to.
+func (pd *PD) Device() *Device { return pd.ctx }
 
 func (pd *PD) use() error {
 	c := pd.ctx
