@@ -164,3 +164,4 @@ func (p *recordPort) SendMAD(dst netip.AddrPort, _ uint32, m []byte) error {
 }
 func (p *recordPort) LocalAddr() netip.AddrPort   { return p.local }
 func (p *recordPort) Claim(gsiport.Handler) error { return nil }
+func (p *recordPort) Incarnation() uint64         { return 0x5eed }

@@ -144,6 +144,11 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 	soft := parseExt(r.LocalEECN).ok
 	src = peerOf(src, soft)
+	if soft {
+		// A softrnic device's CA GUID is its incarnation: a new one at src ends the
+		// connections made with the old one, before this request is looked at.
+		m.seeIncarnation(src, r.LocalCAGUID)
+	}
 	if c := m.byRemote[remoteKey{src, r.LocalCommID}]; c != nil {
 		m.stats.REQDuplicates++
 		switch c.state {
@@ -201,6 +206,9 @@ func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 	select {
 	case l.backlog <- c:
 		m.byRemote[remoteKey{src, r.LocalCommID}] = c
+		if soft {
+			c.setPeerInc(r.LocalCAGUID)
+		}
 	default:
 		m.stats.BacklogDrops++
 		delete(m.ids, c.id) // the requester resends
