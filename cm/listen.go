@@ -58,7 +58,8 @@ func addListener[L comparable](dev *verbs.Device, port uint16, op, space string,
 func (l *Listener) Addr() netip.AddrPort { return netip.AddrPortFrom(l.m.local.Addr(), l.port) }
 
 // Close stops the listener: pending and later Accepts return ErrClosed, requests not yet
-// accepted are rejected, and new ones are rejected as having no listener.
+// accepted are rejected, and new ones are rejected as having no listener. It returns at
+// once: it waits for no peer (connections already accepted are not touched).
 func (l *Listener) Close() error {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
