@@ -178,7 +178,9 @@ func TestDisconnect(t *testing.T) {
 		if !fromDialer {
 			from, to = cb, ca
 		}
-		if err := from.Disconnect(); err != nil {
+		// The context, not the keep-alive period, bounds the wait for the answer: a
+		// busy machine may take its time.
+		if err := from.DisconnectContext(testutil.Context(t)); err != nil {
 			t.Fatalf("Disconnect: %v", err)
 		}
 		<-from.Done()

@@ -53,6 +53,9 @@ type conn struct {
 	// softPeer: the peer sent softrnic's extension. It answers keep-alive probes and sends
 	// its MADs from its device port, which is then the only one taken from it.
 	softPeer bool
+	// peerInc is the softrnic peer device's incarnation the connection was made with
+	// (0: not known yet, or a standard peer); see incarnation.go.
+	peerInc uint64
 
 	ready     chan struct{} // closed when Dial's or Accept's wait ends
 	readyErr  error
@@ -187,6 +190,7 @@ func (c *conn) forget() {
 		delete(m.byQP, k)
 	}
 	m.detachPeer(c)
+	c.dropPeerInc()
 	c.state = stGone
 	if c.discDone != nil {
 		close(c.discDone)
@@ -272,58 +276,14 @@ func (cn *Conn) PrivateData() []byte { return cn.data }
 func (cn *Conn) Ordering() verbs.Ordering { return cn.ordering }
 
 // Done is closed when the connection ends: disconnected by either side, the peer
-// unreachable, or the device closed. Err then says why.
+// unreachable or restarted, or the device closed. Err then says why.
 func (cn *Conn) Done() <-chan struct{} { return cn.c.done }
 
 // Err is nil while the connection is up, then why it ended: ErrDisconnected,
-// ErrPeerUnreachable, ErrTimeout or ErrClosed (test with errors.Is).
+// ErrPeerUnreachable, ErrPeerRestarted, ErrTimeout or ErrClosed (test with errors.Is).
 func (cn *Conn) Err() error {
 	m := cn.c.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return cn.c.err
-}
-
-// Disconnect ends the connection as rdma_disconnect does: the QP moves to ERR (its
-// outstanding work requests complete with flush errors), a DisconnectRequest goes to the
-// peer, which moves its QP to ERR and answers. Disconnect returns when the answer came,
-// or with ErrTimeout when none came after the retries, or ErrPeerUnreachable when the
-// keep-alive gave up on the peer first (the connection is ended anyway); ErrClosed after
-// the device closed.
-// Calling it again, or after the peer disconnected, returns nil at once.
-func (cn *Conn) Disconnect() error {
-	c := cn.c
-	m := c.m
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return fmt.Errorf("cm: Disconnect: %w", ErrClosed)
-	}
-	if c.state != stEstablished {
-		wait := c.discDone
-		m.mu.Unlock()
-		if wait != nil {
-			<-wait
-		}
-		return nil
-	}
-	c.toErr()
-	c.state = stDreqSent
-	c.retries = 0
-	c.sendDREQ()
-	c.arm(c.timeout)
-	m.stats.Disconnected++
-	c.end(ErrDisconnected)
-	c.logEvent(slog.LevelInfo, evClosed, "disconnected by this side")
-	wait := make(chan struct{})
-	c.discDone = wait
-	m.mu.Unlock()
-	<-wait
-	m.mu.Lock()
-	err := c.discErr
-	m.mu.Unlock()
-	if err == ErrDisconnected {
-		err = nil
-	}
-	return err
 }

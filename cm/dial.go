@@ -255,6 +255,12 @@ func (m *manager) onREP(src netip.AddrPort, r *mad.REP) bool {
 	if e.ok && src != c.peer {
 		return false // a softrnic device answers from the port it was dialled at
 	}
+	if e.ok {
+		// Its CA GUID is its incarnation: a new one at this address ends the
+		// connections made with the old one (incarnation.go).
+		m.seeIncarnation(src, r.LocalCAGUID)
+		c.setPeerInc(r.LocalCAGUID)
+	}
 	c.remoteID, c.peerQPN = r.LocalCommID, r.LocalQPN
 	c.peerData = append([]byte(nil), r.PrivateData[:]...)
 	o := c.params

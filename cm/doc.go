@@ -93,9 +93,32 @@
 // ErrPeerUnreachable and its QP is moved to ERR. Only softrnic peers are probed (those
 // whose REQ or REP carried the extension above): a standard CM need not answer
 // ClassPortInfo, and its connections end on DisconnectRequest or on the QP's own retry
-// errors. A peer process restarted at the same address answers the probes again, so its
-// old connections are not ended by the keep-alive; they end when it reuses one of their
-// QP numbers (stale), or through the QP's retries when traffic flows.
+// errors.
+//
+// # Incarnations: a restarted peer
+//
+// A process killed and replaced by another on the same address and port (every client
+// on 127.0.0.1:4791, say) would answer the keep-alive for the dead one. Each device
+// therefore draws a random incarnation when it opens, and a softrnic device shows it to
+// its peers: as the CA GUID of its REQs and REPs (random per device already, so a
+// standard CM sees the field as it always did), and in its keep-alive probes and their
+// answers, after the ClassPortInfo attribute in bytes IBTA leaves reserved (a probe
+// without one, a standard CM's, is answered without one). QP1 answers a probe with the
+// incarnation even on a device that does not use the CM. When the device at a peer's
+// address shows another incarnation than the connections here were made with, every one
+// of those connections ends at once with ErrPeerRestarted and its QP goes to ERR
+// (Stats.PeerRestarts counts it): at the new process's first REQ or REP to this device,
+// or at its answer to the next probe, so within one keep-alive period. The new process's
+// own connections are made as usual.
+//
+// # Teardown
+//
+// Nothing waits longer on a dead peer than one keep-alive period, or than the caller's
+// context: Disconnect waits for the DisconnectReply at most one keep-alive period
+// (ErrTimeout after it), DisconnectContext until its context is done; Listener.Close and
+// the device's Close do not wait for any peer. In every case the connection is ended on
+// this side at once, and a DisconnectRequest not yet answered is resent in the
+// background until the peer answers or the CM gives up on it.
 //
 // # Limits and attacks
 //

@@ -25,6 +25,10 @@ var (
 	ErrDisconnected = errors.New("cm: disconnected")
 	// ErrPeerUnreachable: the peer device stopped answering keep-alive probes.
 	ErrPeerUnreachable = errors.New("cm: peer device stopped answering")
+	// ErrPeerRestarted: the peer device is gone and a new one answers at its address
+	// (its process was killed and another opened a device on the same address and
+	// port): the connections made with the old one ended.
+	ErrPeerRestarted = errors.New("cm: peer device restarted")
 	// ErrPrivateData: private data longer than the message carries.
 	ErrPrivateData = errors.New("cm: private data too long")
 	// ErrState: the call does not fit the request's or QP's state.

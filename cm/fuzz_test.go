@@ -47,6 +47,13 @@ func FuzzHandleMAD(f *testing.F) {
 	cpi := make([]byte, 1+mad.Size)
 	mad.PutClassPortInfoGet(cpi[1:], 3)
 	f.Add(cpi)
+	// The peer answers the REQ, then shows another incarnation (it restarted).
+	repInc := *rep
+	repInc.LocalCAGUID = 0x51
+	restarted := make([]byte, 1+mad.Size)
+	mad.PutClassPortInfoResp(restarted[1:], 3, 16)
+	mad.PutIncarnation(restarted[1:], 0x53)
+	f.Add(cat(put(0, &repInc), restarted))
 
 	dev, pd, cq := fuzzDevice(f)
 	senders := [2]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.9:4791")}
@@ -98,8 +105,9 @@ func FuzzHandleMAD(f *testing.F) {
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if len(m.ids) > 1+msgs || len(l.backlog) > msgs || len(m.peers) > 1 {
-			t.Fatalf("%d messages left %d connections, %d requests in the backlog, %d peers", msgs, len(m.ids), len(l.backlog), len(m.peers))
+		if len(m.ids) > 1+msgs || len(l.backlog) > msgs || len(m.peers) > 1 || len(m.incs) > 2 {
+			t.Fatalf("%d messages left %d connections, %d requests in the backlog, %d peers, %d incarnations",
+				msgs, len(m.ids), len(l.backlog), len(m.peers), len(m.incs))
 		}
 		port.mu.Lock()
 		defer port.mu.Unlock()
@@ -164,3 +172,4 @@ func (p *recordPort) SendMAD(dst netip.AddrPort, _ uint32, m []byte) error {
 }
 func (p *recordPort) LocalAddr() netip.AddrPort   { return p.local }
 func (p *recordPort) Claim(gsiport.Handler) error { return nil }
+func (p *recordPort) Incarnation() uint64         { return 0x5eed }

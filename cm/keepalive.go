@@ -77,6 +77,7 @@ func (m *manager) probe(p *peer) {
 	p.tid++
 	m.stats.KeepAliveProbes++
 	mad.PutClassPortInfoGet(m.out[:], p.tid)
+	mad.PutIncarnation(m.out[:], m.guid) // the answer then carries the peer's (incarnation.go)
 	m.send(p.addr, m.out[:])
 	p.timer.Reset(p.interval)
 }

@@ -59,7 +59,8 @@ func addListener[L comparable](dev *verbs.Device, port uint16, op, space string,
 func (l *Listener) Addr() netip.AddrPort { return netip.AddrPortFrom(l.m.local.Addr(), l.port) }
 
 // Close stops the listener: pending and later Accepts return ErrClosed, requests not yet
-// accepted are rejected, and new ones are rejected as having no listener.
+// accepted are rejected, and new ones are rejected as having no listener. It returns at
+// once: it waits for no peer (connections already accepted are not touched).
 func (l *Listener) Close() error {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
@@ -145,6 +146,11 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 	soft := parseExt(r.LocalEECN).ok
 	src = peerOf(src, soft)
+	if soft {
+		// A softrnic device's CA GUID is its incarnation: a new one at src ends the
+		// connections made with the old one, before this request is looked at.
+		m.seeIncarnation(src, r.LocalCAGUID)
+	}
 	if c := m.byRemote[remoteKey{src, r.LocalCommID}]; c != nil {
 		m.stats.REQDuplicates++
 		switch c.state {
@@ -203,6 +209,9 @@ func (m *manager) onREQ(src netip.AddrPort, tid uint64, r *mad.REQ) bool {
 	select {
 	case l.backlog <- c:
 		m.byRemote[remoteKey{src, r.LocalCommID}] = c
+		if soft {
+			c.setPeerInc(r.LocalCAGUID)
+		}
 	default:
 		m.stats.BacklogDrops++
 		delete(m.ids, c.id) // the requester resends

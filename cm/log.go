@@ -19,6 +19,7 @@ const (
 	evNoAnswer        = "cm: no answer from the peer"     // the CM's retries exhausted
 	evFailed          = "cm: connection failed"           // this side's QP could not be configured
 	evPeerGone        = "cm: peer gone"                   // the keep-alive gave up on the peer device
+	evPeerRestarted   = "cm: peer restarted"              // a new device (incarnation) at the peer's address
 )
 
 // logger is where the connection's events go: its Dial's or Accept's Logger, else its

@@ -39,7 +39,7 @@ type manager struct {
 	dev   *verbs.Device
 	port  gsiport.Port
 	local netip.AddrPort
-	guid  uint64 // the device's CA GUID in REQ and REP (random per device)
+	guid  uint64 // the device's CA GUID in REQ and REP: its incarnation (incarnation.go)
 
 	reqSlots chan struct{} // MaxREQInFlight tokens
 
@@ -50,6 +50,7 @@ type manager struct {
 	byQP      map[remoteKey]*conn  // established, by the peer device and its QPN
 	listeners map[uint16]*Listener // by service port
 	peers     map[netip.AddrPort]*peer
+	incs      map[netip.AddrPort]*remoteInc // softrnic peer devices' incarnations (incarnation.go)
 	stats     Stats
 	out       [mad.Size]byte // scratch for messages sent once (mu held)
 	sidr      *sidrTable     // service ID resolution (sidr.go), made on first use
@@ -76,6 +77,10 @@ type Stats struct {
 	BacklogDrops uint64
 	// KeepAliveProbes counts probes sent; PeersLost the peer devices given up on.
 	KeepAliveProbes, PeersLost uint64
+	// PeerRestarts counts the times a peer device this one had connections with was
+	// found replaced by a new one at its address (another incarnation): those
+	// connections ended with ErrPeerRestarted.
+	PeerRestarts uint64
 	// SendErrors counts MADs that QP1 could not send.
 	SendErrors uint64
 }
@@ -108,10 +113,10 @@ func managerFor(dev *verbs.Device) (*manager, error) {
 }
 
 func newManager(dev *verbs.Device, port gsiport.Port) *manager {
-	return &manager{dev: dev, port: port, local: port.LocalAddr(), guid: randUint64() | 1,
+	return &manager{dev: dev, port: port, local: port.LocalAddr(), guid: port.Incarnation(),
 		reqSlots: make(chan struct{}, MaxREQInFlight),
 		ids:      map[uint32]*conn{}, byRemote: map[remoteKey]*conn{}, byQP: map[remoteKey]*conn{},
-		listeners: map[uint16]*Listener{}, peers: map[netip.AddrPort]*peer{}}
+		listeners: map[uint16]*Listener{}, peers: map[netip.AddrPort]*peer{}, incs: map[netip.AddrPort]*remoteInc{}}
 }
 
 // Counters returns the counters of dev's connection manager (zero if it has none).
@@ -173,9 +178,16 @@ func (m *manager) HandleMAD(src netip.AddrPort, srcQP uint32, b []byte) {
 		p.missed = 0 // anything from the device shows it is alive
 	}
 	if h.AttrID == mad.AttrClassPortInfo {
+		// A softrnic peer's probe and answer carry its incarnation; the answer carries
+		// ours only to a probe that carried one (a standard CM sees what it always did).
+		inc := classPortInfoIncarnation(b)
+		m.seeIncarnation(src, inc)
 		switch h.Method {
 		case mad.MethodGet:
 			mad.PutClassPortInfoResp(m.out[:], h.TID, 16)
+			if inc != 0 {
+				mad.PutIncarnation(m.out[:], m.guid)
+			}
 			m.port.SendMAD(src, srcQP, m.out[:])
 		case mad.MethodGetResp:
 		default:

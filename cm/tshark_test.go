@@ -64,7 +64,7 @@ func TestTsharkDecodesHandshake(t *testing.T) {
 	tap(t, db, &mu, &frames)
 	a, b := newEndpoint(t, da, 1), newEndpoint(t, db, 1)
 	ca, _ := handshake(t, a, b, fast([]byte("hello")), &AcceptParams{PrivateData: []byte("welcome")})
-	if err := ca.Disconnect(); err != nil {
+	if err := ca.DisconnectContext(testutil.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	a2 := newEndpoint(t, da, 0)

@@ -105,6 +105,7 @@ var cmCounters = []counter[cm.Stats]{
 	{"BacklogDrops", "backlog_drops", "ConnectRequests dropped because a listener's backlog was full.", func(c *cm.Stats) uint64 { return c.BacklogDrops }},
 	{"KeepAliveProbes", "keepalive_probes", "Keep-alive probes sent to peer devices.", func(c *cm.Stats) uint64 { return c.KeepAliveProbes }},
 	{"PeersLost", "peers_lost", "Peer devices the keep-alive gave up on (their connections ended).", func(c *cm.Stats) uint64 { return c.PeersLost }},
+	{"PeerRestarts", "peer_restarts", "Peer devices found replaced by a new one at their address (their connections ended).", func(c *cm.Stats) uint64 { return c.PeerRestarts }},
 	{"SendErrors", "send_errors", "MADs QP1 could not send.", func(c *cm.Stats) uint64 { return c.SendErrors }},
 }
 

@@ -160,6 +160,20 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	return c, nil
 }
 
+// ended reports whether the connection (nil: none yet) has ended: its peer disconnected,
+// died or restarted, and what is in flight on it will not be acknowledged.
+func ended(cn *cm.Conn) bool {
+	if cn == nil {
+		return false
+	}
+	select {
+	case <-cn.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // Rank is this rank's number, Size the job's.
 func (c *Comm) Rank() int { return c.rank }
 
@@ -188,39 +202,62 @@ func (c *Comm) peer(r int) (*peer, error) {
 // Close ends this rank: its connections are disconnected (their peers' requests on them
 // fail), its device closed; every request still pending ends with ErrClosed. Call it
 // after a Barrier so that no rank closes while others still talk to it.
-func (c *Comm) Close() error {
+//
+// Close waits for two things, each bounded, so that a dead rank does not hold it up:
+// sends already handed to a live connection, to finish (at most 5 s, and no longer than
+// the connection lasts: the QP's own retries or the keep-alive end a dead peer's), and
+// the peers' answers to its DisconnectRequests (at most one keep-alive period,
+// cm.DefaultKeepAlive: 1 s). A rank that died with nothing in flight to it costs one
+// keep-alive period; CloseContext bounds the whole wait by a context.
+func (c *Comm) Close() error { return c.CloseContext(context.Background()) }
+
+// CloseContext is Close with its waits (see Close) also ended when ctx is done: the rank
+// is closed all the same (connections ended, device closed, requests failed), and the
+// error is ctx's, wrapped. A second Close or CloseContext waits, until its own ctx is
+// done, for the first one to finish.
+func (c *Comm) CloseContext(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		<-c.done
-		return nil
+		select {
+		case <-c.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("msg: Close: %w", ctx.Err())
+		}
 	}
 	c.closed = true
 	c.mu.Unlock()
 	c.pmu.Lock()
 	c.runOps() // handed over before Close: nothing is added now
 	c.stopping = true
-	c.shutdown()
+	c.shutdown(ctx)
 	c.down = true
 	c.pmu.Unlock()
 	c.kick()
 	<-c.done
-	return c.dev.Close()
+	err := c.dev.Close()
+	if ctx.Err() != nil {
+		return fmt.Errorf("msg: Close: %w", ctx.Err())
+	}
+	return err
 }
 
 // drainFor bounds how long Close waits for sends in flight.
 const drainFor = 5 * time.Second
 
 // shutdown fails what is pending and disconnects (progress lock held, last). Sends
-// already handed to a connection are let finish first (bounded): an eager send completes
-// when its data was copied, so a rank that returns from its last send and closes must
-// not take the data down with its QP.
-func (c *Comm) shutdown() {
+// already handed to a connection are let finish first (bounded by drainFor and ctx, and
+// no longer than the connection is up): an eager send completes when its data was
+// copied, so a rank that returns from its last send and closes must not take the data
+// down with its QP. The wait for the peers' DisconnectReplies is bounded by one
+// keep-alive period and ctx.
+func (c *Comm) shutdown(ctx context.Context) {
 	c.lis.Close()
-	for deadline := time.Now().Add(drainFor); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(drainFor); time.Now().Before(deadline) && ctx.Err() == nil; {
 		busy := false
 		for _, p := range c.peers {
-			if p != nil && p.state == psUp && (p.sqUsed > 0 || len(p.sendQ) > 0) {
+			if p != nil && p.state == psUp && (p.sqUsed > 0 || len(p.sendQ) > 0) && !ended(p.conn) {
 				busy = true
 				p.progress()
 			}
@@ -231,6 +268,8 @@ func (c *Comm) shutdown() {
 		c.pollCQ()
 		runtime.Gosched()
 	}
+	dctx, cancel := context.WithTimeout(ctx, cm.DefaultKeepAlive)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, p := range c.peers {
 		if p == nil {
@@ -241,7 +280,7 @@ func (c *Comm) shutdown() {
 			wg.Add(1)
 			go func(cn *cm.Conn) {
 				defer wg.Done()
-				cn.Disconnect()
+				cn.DisconnectContext(dctx)
 			}(p.conn)
 		}
 	}

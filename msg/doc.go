@@ -53,9 +53,11 @@
 // other one is dropped.
 //
 // A connection that fails (its peer's process died or closed its device, or the connection
-// manager's keep-alive found it gone) fails every request that involves the peer with
-// ErrPeerGone, once the messages the peer sent before are received; the rank's other
-// connections go on.
+// manager's keep-alive found it gone, or found a new process's device at its address)
+// fails every request that involves the peer with ErrPeerGone, once the messages the peer
+// sent before are received; the rank's other connections go on. Close waits for a dead
+// rank one keep-alive period at most (see Comm.Close), CloseContext until its context
+// ends.
 //
 // # Small messages: the eager rings
 //

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -31,6 +33,7 @@ type gsi struct {
 	region *tpt.Region
 	wake   chan struct{}
 	h      atomic.Pointer[gsiport.Handler]
+	inc    uint64 // the device's incarnation (gsiport.Port.Incarnation)
 
 	closeOnce sync.Once
 
@@ -62,7 +65,8 @@ func init() {
 // openGSI creates QP1 in RTS with its receive buffers posted and starts its agent.
 func (c *Device) openGSI() error {
 	g := &gsi{c: c, rcq: c.dev.NewCQ(gsiRecvs + 8), scq: c.dev.NewCQ(gsiSends + 8),
-		mem: make([]byte, gsiSendOff+gsiSends*mad.Size), wake: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
+		mem: make([]byte, gsiSendOff+gsiSends*mad.Size), wake: make(chan struct{}, 1), sendWake: make(chan struct{}, 1),
+		inc: newIncarnation()}
 	for i := gsiSends - 1; i >= 0; i-- {
 		g.free = append(g.free, i)
 	}
@@ -161,10 +165,20 @@ func (g *gsi) handle(i int, e *transport.CQE) {
 		return
 	}
 	// Nobody listens: a connection request is rejected with "invalid service ID", a
-	// service ID resolution answered "not supported", as Linux's CM does.
+	// service ID resolution answered "not supported", as Linux's CM does. A softrnic
+	// peer's keep-alive probe is answered with this device's incarnation, so that a peer
+	// that had connections with an earlier device at this address ends them at once.
 	var out [mad.Size]byte
 	b := slot[transport.GRHLen:]
 	hdr, err := mad.DecodeHeader(b)
+	if err == nil && hdr.Method == mad.MethodGet && hdr.AttrID == mad.AttrClassPortInfo {
+		if _, soft := mad.Incarnation(b); soft {
+			mad.PutClassPortInfoResp(out[:], hdr.TID, 16)
+			mad.PutIncarnation(out[:], g.inc)
+			_ = g.SendMAD(from, e.SrcQP, out[:])
+		}
+		return
+	}
 	if err != nil || hdr.Method != mad.MethodSend {
 		return
 	}
@@ -266,6 +280,16 @@ func (g *gsi) reclaim() {
 
 // LocalAddr is the device's address (gsiport.Port).
 func (g *gsi) LocalAddr() netip.AddrPort { return g.c.Addr() }
+
+// Incarnation is the device's incarnation (gsiport.Port).
+func (g *gsi) Incarnation() uint64 { return g.inc }
+
+// newIncarnation draws a device's incarnation: random, odd (never 0).
+func newIncarnation() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
 
 // Claim makes h the receiver of QP1's MADs (gsiport.Port).
 func (g *gsi) Claim(h gsiport.Handler) error {

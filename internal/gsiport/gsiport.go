@@ -27,6 +27,9 @@ type Port interface {
 	SendMAD(dst netip.AddrPort, qpn uint32, m []byte) error
 	// LocalAddr is the device's address and UDP port.
 	LocalAddr() netip.AddrPort
+	// Incarnation is a random number (never 0) drawn when the device opened: a new device
+	// at the same address and port has another one, so peers can tell it from the old.
+	Incarnation() uint64
 	// Claim makes h the receiver of the port's MADs. A port has at most one handler:
 	// Claim fails if another one was set.
 	Claim(h Handler) error

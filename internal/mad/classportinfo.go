@@ -1,5 +1,7 @@
 package mad
 
+import "encoding/binary"
+
 // ClassPortInfo (attribute 0x0001) is the one CM attribute answered to a Get: softrnic's
 // connection manager sends it to a peer's QP1 as a keep-alive probe, and a CM that is
 // alive answers with GetResp.
@@ -23,4 +25,32 @@ func PutClassPortInfoResp(b []byte, tid uint64, resp uint8) {
 	d := b[HeaderLen:]
 	d[0], d[1] = BaseVersion, ClassVersion
 	setBits(&d[7], 3, 5, resp)
+}
+
+// A softrnic device's incarnation travels in a ClassPortInfo MAD after the attribute's 72
+// bytes, in what IBTA leaves reserved (a Get's data is not read, a GetResp's tail is
+// padding): a mark, then the 64-bit value. The incarnation is a random number drawn when
+// the device opens, so a new device at the address of a vanished one is told apart from it.
+const (
+	classPortInfoLen    = 72
+	incarnationOff      = HeaderLen + classPortInfoLen
+	incarnationMarkWord = 0x53524E43 // "SRNC"
+)
+
+// PutIncarnation adds the incarnation inc (not 0) to the ClassPortInfo Get or GetResp
+// encoded in b.
+func PutIncarnation(b []byte, inc uint64) {
+	_ = b[Size-1]
+	binary.BigEndian.PutUint32(b[incarnationOff:], incarnationMarkWord)
+	binary.BigEndian.PutUint64(b[incarnationOff+4:], inc)
+}
+
+// Incarnation returns the incarnation a ClassPortInfo MAD carries, and false if it carries
+// none (a standard CM's, or an older softrnic's).
+func Incarnation(b []byte) (uint64, bool) {
+	if len(b) != Size || binary.BigEndian.Uint32(b[incarnationOff:]) != incarnationMarkWord {
+		return 0, false
+	}
+	inc := binary.BigEndian.Uint64(b[incarnationOff+4:])
+	return inc, inc != 0
 }

@@ -215,3 +215,24 @@ func FuzzDecodeCM(f *testing.F) {
 		}
 	})
 }
+
+// The incarnation rides after ClassPortInfo's 72 bytes, in the reserved tail: a Get or
+// GetResp without it reads as carrying none, and the attribute's fields are untouched.
+func TestIncarnation(t *testing.T) {
+	var b [Size]byte
+	PutClassPortInfoResp(b[:], 5, 16)
+	if _, ok := Incarnation(b[:]); ok {
+		t.Fatal("a plain GetResp carries an incarnation")
+	}
+	plain := b
+	PutIncarnation(b[:], 0x1234567890abcdef)
+	if inc, ok := Incarnation(b[:]); !ok || inc != 0x1234567890abcdef {
+		t.Fatalf("Incarnation = %#x, %v", inc, ok)
+	}
+	if !bytes.Equal(b[:incarnationOff], plain[:incarnationOff]) {
+		t.Error("PutIncarnation changed the header or the ClassPortInfo attribute")
+	}
+	if _, ok := Incarnation(b[:100]); ok {
+		t.Error("a short MAD read as carrying an incarnation")
+	}
+}
