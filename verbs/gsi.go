@@ -31,6 +31,9 @@ type gsi struct {
 	region *tpt.Region
 	wake   chan struct{}
 	h      atomic.Pointer[gsiport.Handler]
+	// unreach holds the reports of MADs whose destination's port is closed, for the
+	// agent to hand to the handler (see unreachable).
+	unreach chan unreachReport
 
 	closeOnce sync.Once
 
@@ -62,7 +65,8 @@ func init() {
 // openGSI creates QP1 in RTS with its receive buffers posted and starts its agent.
 func (c *Device) openGSI() error {
 	g := &gsi{c: c, rcq: c.dev.NewCQ(gsiRecvs + 8), scq: c.dev.NewCQ(gsiSends + 8),
-		mem: make([]byte, gsiSendOff+gsiSends*mad.Size), wake: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
+		mem: make([]byte, gsiSendOff+gsiSends*mad.Size), wake: make(chan struct{}, 1), sendWake: make(chan struct{}, 1),
+		unreach: make(chan unreachReport, gsiUnreachReports)}
 	for i := gsiSends - 1; i >= 0; i-- {
 		g.free = append(g.free, i)
 	}
@@ -106,6 +110,7 @@ func (c *Device) openGSI() error {
 		}
 	})
 	c.gsi = g
+	c.dev.OnUnreachable = g.unreachable // before QP1 sends anything: reports are about its sends
 	go g.run()
 	return nil
 }
@@ -139,6 +144,8 @@ func (g *gsi) run() {
 		}
 		select {
 		case <-g.wake:
+		case r := <-g.unreach:
+			g.deliverUnreachable(&r)
 		case <-g.c.done:
 			return
 		}
