@@ -89,6 +89,16 @@
 // old connections are not ended by the keep-alive; they end when it reuses one of their
 // QP numbers (stale), or through the QP's retries when traffic flows.
 //
+// On Linux a device that is not there is refused at once, as TCP refuses a connection:
+// when nothing is bound to the peer's device port, its host answers with ICMP port
+// unreachable, and the CM ends what waited on that device. Dial fails with
+// ErrPeerUnreachable within its ConnectRequest's round trip (instead of ErrTimeout after
+// the retries), Disconnect returns ErrPeerUnreachable without resending its
+// DisconnectRequest, and a keep-alive probe that gets the report ends every connection to
+// the device with ErrPeerUnreachable at once. A report counts only if it quotes a message
+// still waiting for its answer (see unreach.go). Other systems do not report ICMP errors
+// to an unconnected UDP socket; there the timeouts decide.
+//
 // # Limits and attacks
 //
 // Every MAD is checked (size, class, version, method, attribute, fields) before it can
