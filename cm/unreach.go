@@ -13,7 +13,8 @@ import (
 // unreachable: nothing is bound to that UDP port, so no device runs at that address (TCP's
 // "connection refused"). The connection manager then gives up at once on what it was
 // waiting for from that device, rather than after its retries or keep-alive misses: a
-// Dial whose ConnectRequest got the report fails with ErrPeerUnreachable, a Disconnect
+// Dial whose ConnectRequest got the report fails with ErrPeerUnreachable (so does a
+// ResolveUD whose resolution request got it), a Disconnect
 // whose DisconnectRequest got it returns ErrPeerUnreachable, and when a keep-alive probe
 // gets it, every connection to that device ends with ErrPeerUnreachable. Elsewhere the
 // system does not report closed ports to an unconnected UDP socket, and the timeouts
@@ -47,6 +48,10 @@ func (m *manager) PortUnreachable(dst netip.AddrPort, quote []byte) {
 		}
 		return
 	}
+	if h.AttrID == mad.AttrSIDRREQ && h.Method == mad.MethodSend {
+		m.resolutionUnreachable(dst, h.TID)
+		return
+	}
 	c := m.sentTo(dst, h.TID)
 	if c == nil || h.Method != mad.MethodSend {
 		return
@@ -63,6 +68,25 @@ func (m *manager) PortUnreachable(dst netip.AddrPort, quote []byte) {
 	case c.state == stDreqSent && h.AttrID == mad.AttrDREQ:
 		c.discErr = ErrPeerUnreachable // no DREP will come
 		c.timewait()
+	}
+}
+
+// resolutionUnreachable ends the ResolveUD whose request to dst carries transaction ID
+// tid, if it still waits (mu held).
+func (m *manager) resolutionUnreachable(dst netip.AddrPort, tid uint64) {
+	if m.sidr == nil {
+		return
+	}
+	for _, o := range m.sidr.out {
+		if o.tid == tid && o.peer == dst {
+			remote := dst
+			if port, ok := mad.UDPServicePort(o.serviceID); ok {
+				remote = netip.AddrPortFrom(dst.Addr(), port)
+			}
+			o.finish(nil, fmt.Errorf("cm: ResolveUD %v: %w (no device at %v: its host reports the UDP port closed)",
+				remote, ErrPeerUnreachable, dst))
+			return
+		}
 	}
 }
 

@@ -53,6 +53,17 @@ func TestDialClosedPort(t *testing.T) {
 	}
 }
 
+// ResolveUD to a closed port fails the same way.
+func TestResolveUDClosedPort(t *testing.T) {
+	da := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := ResolveUD(ctx, da, netip.MustParseAddrPort("127.0.0.1:7174"), &ResolveParams{DevicePort: closedPort(t)})
+	if !errors.Is(err, ErrPeerUnreachable) || !strings.HasPrefix(err.Error(), "cm: ResolveUD 127.0.0.1:7174: ") {
+		t.Fatalf("ResolveUD: %v, want ErrPeerUnreachable", err)
+	}
+}
+
 // The peer process is killed: the keep-alive's next probe gets ICMP port unreachable (the
 // process's socket is gone with it), and the connection ends with ErrPeerUnreachable at
 // once, before KeepAliveMisses probes went unanswered.
