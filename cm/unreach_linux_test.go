@@ -75,11 +75,13 @@ func TestPeerKilledPortClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait() // the process and its socket are gone
+	killed := time.Now()
 	select {
 	case <-c.Done():
 	case <-time.After(time.Minute):
 		t.Fatal("the connection did not end within a minute of the peer's death")
 	}
+	t.Logf("connection ended %v after the peer's death (keep-alive every 50 ms): %v", time.Since(killed), c.Err())
 	if !errors.Is(c.Err(), ErrPeerUnreachable) {
 		t.Errorf("Err() = %v, want ErrPeerUnreachable", c.Err())
 	}
