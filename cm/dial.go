@@ -124,8 +124,10 @@ func (m *manager) takeREQSlot(ctx context.Context) error {
 // at the device with remote's address, as rdma_connect does. It returns when the QP is
 // in RTS and ReadyToUse was sent, with the listener's private data, or with an error:
 // a *RejectError (errors.Is ErrRejected, ErrNoListener for no listener), ErrTimeout
-// (no answer after the retries), the context's error, or a check of the arguments. On
-// error the QP is left in INIT (reject, timeout, cancellation) and may dial again.
+// (no answer after the retries), ErrPeerUnreachable (Linux: the host at remote's address
+// reports that nothing is bound to the device port, within the first request's round
+// trip; see unreach.go), the context's error, or a check of the arguments. On error the
+// QP is left in INIT (reject, timeout, unreachable, cancellation) and may dial again.
 func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *verbs.QP, p *DialParams) (*Conn, error) {
 	if p == nil {
 		p = &DialParams{}

@@ -120,6 +120,16 @@
 // this side at once, and a DisconnectRequest not yet answered is resent in the
 // background until the peer answers or the CM gives up on it.
 //
+// On Linux a device that is not there is refused at once, as TCP refuses a connection:
+// when nothing is bound to the peer's device port, its host answers with ICMP port
+// unreachable, and the CM ends what waited on that device. Dial fails with
+// ErrPeerUnreachable within its ConnectRequest's round trip (instead of ErrTimeout after
+// the retries), Disconnect returns ErrPeerUnreachable without resending its
+// DisconnectRequest, and a keep-alive probe that gets the report ends every connection to
+// the device with ErrPeerUnreachable at once. A report counts only if it quotes a message
+// still waiting for its answer (see unreach.go). Other systems do not report ICMP errors
+// to an unconnected UDP socket; there the timeouts decide.
+//
 // # Limits and attacks
 //
 // Every MAD is checked (size, class, version, method, attribute, fields) before it can

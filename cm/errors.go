@@ -23,8 +23,12 @@ var (
 	// ErrDisconnected: the connection was ended by a DisconnectRequest, from this side
 	// (Disconnect) or from the peer.
 	ErrDisconnected = errors.New("cm: disconnected")
-	// ErrPeerUnreachable: the peer device stopped answering keep-alive probes.
-	ErrPeerUnreachable = errors.New("cm: peer device stopped answering")
+	// ErrPeerUnreachable: the peer device is not there. It stopped answering keep-alive
+	// probes, or (Linux) its host answered with ICMP port unreachable: nothing is bound
+	// to the device's UDP port there, as TCP's "connection refused" says. The report ends
+	// a Dial at once (its first ConnectRequest's round trip), and every connection to the
+	// device at its next keep-alive probe (see unreach.go).
+	ErrPeerUnreachable = errors.New("cm: peer device unreachable")
 	// ErrPeerRestarted: the peer device is gone and a new one answers at its address
 	// (its process was killed and another opened a device on the same address and
 	// port): the connections made with the old one ended.

@@ -185,7 +185,9 @@ type sidrOut struct {
 // returns the answer: the QP number and Q_Key to send to, an address vector for the
 // peer's device and its private data. Errors: a *SIDRError (errors.Is ErrRejected;
 // ErrNoListener when nothing listens on the port), ErrTimeout (no answer after the
-// retries), the context's error, ErrClosed, or a check of the arguments. At most
+// retries), ErrPeerUnreachable (Linux: no device at the address's device port, reported
+// within the request's round trip), the context's error, ErrClosed, or a check of the
+// arguments. At most
 // MaxREQInFlight requests (connection requests and resolutions together) wait for an
 // answer per device; more wait their turn.
 func ResolveUD(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, p *ResolveParams) (*UDRemote, error) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -320,6 +321,14 @@ func testRetryExceeded(t *testing.T, mode verbs.Ordering) {
 			if err := b.ctx.Close(); err != nil {
 				t.Fatal(err)
 			}
+			// A socket that never answers takes b's port: with the port closed, Linux's
+			// ICMP port unreachable would fail the QP before its retries
+			// (TestPeerPortClosed).
+			silent, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(b.ctx.Addr()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer silent.Close()
 			mustPostSend(t, a.qp,
 				verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: sge(local, 0, 3000)},
 				verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SGList: sge(local, 0, 5000), RemoteAddr: remote.Addr(), RKey: remote.RKey()},

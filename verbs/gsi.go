@@ -34,6 +34,9 @@ type gsi struct {
 	wake   chan struct{}
 	h      atomic.Pointer[gsiport.Handler]
 	inc    uint64 // the device's incarnation (gsiport.Port.Incarnation)
+	// unreach holds the reports of MADs whose destination's port is closed, for the
+	// agent to hand to the handler (see unreachable).
+	unreach chan unreachReport
 
 	closeOnce sync.Once
 
@@ -66,7 +69,7 @@ func init() {
 func (c *Device) openGSI() error {
 	g := &gsi{c: c, rcq: c.dev.NewCQ(gsiRecvs + 8), scq: c.dev.NewCQ(gsiSends + 8),
 		mem: make([]byte, gsiSendOff+gsiSends*mad.Size), wake: make(chan struct{}, 1), sendWake: make(chan struct{}, 1),
-		inc: newIncarnation()}
+		inc: newIncarnation(), unreach: make(chan unreachReport, gsiUnreachReports)}
 	for i := gsiSends - 1; i >= 0; i-- {
 		g.free = append(g.free, i)
 	}
@@ -110,6 +113,7 @@ func (c *Device) openGSI() error {
 		}
 	})
 	c.gsi = g
+	c.dev.OnUnreachable = g.unreachable // before QP1 sends anything: reports are about its sends
 	go g.run()
 	return nil
 }
@@ -143,6 +147,8 @@ func (g *gsi) run() {
 		}
 		select {
 		case <-g.wake:
+		case r := <-g.unreach:
+			g.deliverUnreachable(&r)
 		case <-g.c.done:
 			return
 		}

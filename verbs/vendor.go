@@ -26,6 +26,11 @@ const (
 	VendorRemoteNAK VendorErr = VendorErr(transport.VendorRemoteNAK)
 	// VendorRetryTimer: the local ACK timeout fired retry_cnt+1 times.
 	VendorRetryTimer VendorErr = VendorErr(transport.VendorRetryTimer)
+	// VendorUnreachable: the peer's host answered the QP's requests with ICMP port
+	// unreachable (no device runs at the peer's address and port), and the QP failed at
+	// once with RETRY_EXC_ERR, the status its retries would have ended with (Linux only;
+	// elsewhere the retries run out: VendorRetryTimer).
+	VendorUnreachable VendorErr = VendorErr(transport.VendorUnreachable)
 	// VendorRNRTimer: the peer answered with an RNR NAK rnr_retry+1 times.
 	VendorRNRTimer VendorErr = VendorErr(transport.VendorRNRTimer)
 	// VendorCQOverflow: a completion was lost to a full CQ.
@@ -47,6 +52,7 @@ var vendorText = map[VendorErr]string{
 	VendorBounds:      "local access outside the region",
 	VendorRevoked:     "memory region deregistered while the message used it",
 	VendorRetryTimer:  "local ACK timeout: retries exhausted (peer unreachable, or its QP not connected to this one)",
+	VendorUnreachable: "peer unreachable: its host reports the port closed (ICMP port unreachable)",
 	VendorRNRTimer:    "RNR retries exhausted: the peer had no receive posted",
 	VendorCQOverflow:  "completion lost to a full CQ",
 	VendorOpcodeOrder: "peer broke the opcode sequence or used an unsupported opcode",

@@ -12,6 +12,7 @@ func TestVendorErrString(t *testing.T) {
 	for v, want := range map[verbs.VendorErr]string{
 		verbs.VendorRetryTimer:     "local ACK timeout",
 		verbs.VendorRNRTimer:       "RNR retries exhausted",
+		verbs.VendorUnreachable:    "port closed",
 		verbs.VendorRevoked:        "deregistered",
 		verbs.VendorRemoteNAK | 2:  "peer NAK: remote access error",
 		verbs.VendorRemoteNAK | 1:  "peer NAK: invalid request",

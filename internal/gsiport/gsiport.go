@@ -19,6 +19,20 @@ type Handler interface {
 	Closing()
 }
 
+// UnreachableHandler is a Handler that also hears when the host of a MAD's destination
+// answered it with ICMP port unreachable: nothing listens on that UDP port there, so no
+// device runs at that address (reported on Linux only; elsewhere the MAD is lost in
+// silence).
+type UnreachableHandler interface {
+	Handler
+	// PortUnreachable is called from the goroutine that calls HandleMAD: dst is the
+	// MAD's destination and m what the report quotes of the MAD (its start, possibly
+	// less than its header), valid only during the call. The report may be forged by
+	// anyone who can send this host ICMP: the handler acts on it only if m matches a
+	// MAD it sent to dst and still waits on.
+	PortUnreachable(dst netip.AddrPort, m []byte)
+}
+
 // Port is a device's QP1 as a MAD user sees it.
 type Port interface {
 	// SendMAD sends the MAD m (256 bytes) to QP qpn at dst with the GSI Q_Key. It may

@@ -15,6 +15,14 @@
 // no GSO or GRO (GSO and GRO report false), socket buffers as large as the system allows
 // without privilege, and don't-fragment where the system has a socket option for it.
 // Batches, fault injection and addresses are the same on every system.
+//
+// On Linux a device's socket also hears when a destination's host answers a datagram with
+// ICMP "port unreachable" (nothing is bound to that UDP port there: the peer device is
+// not running), as TCP hears "connection refused": the socket has IP_RECVERR set, the
+// kernel queues such reports on the socket's error queue, and Poll reads them and hands
+// each to Config.Unreachable (unreach_linux.go). Other systems do not report ICMP errors
+// to an unconnected UDP socket; there a closed port is silence, which the layers above
+// notice by their timeouts.
 package netio
 
 import (
@@ -25,6 +33,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -66,7 +75,19 @@ type Config struct {
 	// ReusePort binds with SO_REUSEPORT, so that several Conns share the address and
 	// port, one per receive queue of a device (see SteerByQP).
 	ReusePort bool
+	// Unreachable, if set, is called by Poll for every report that a destination's host
+	// answered a datagram this socket sent with ICMP port unreachable (Linux only): dst is
+	// the datagram's destination and quote what the report quotes of its UDP payload
+	// (Linux quotes up to 548 bytes of the IP datagram, its headers included; another host
+	// may quote as little as the UDP header, leaving quote empty), valid during the call.
+	// It runs in Poll's caller, which holds whatever it holds while it polls. Anyone who
+	// can send this host an ICMP packet can forge a report: it is a hint to be checked
+	// against what was sent, not proof.
+	Unreachable func(dst netip.AddrPort, quote []byte)
 
+	// sendOnly marks the sockets SourcePorts opens, which are never read: they do not ask
+	// for ICMP reports, which would only fill their error queues.
+	sendOnly bool
 	// portable makes Linux take the portable path that other systems take (one recvmsg
 	// or sendmsg per datagram, no GSO or GRO), so that its tests run there too. The
 	// socket options stay Linux's.
@@ -89,6 +110,16 @@ type Conn struct {
 	users  atomic.Int64 // raw-fd system calls in flight
 	closed atomic.Bool
 
+	// ICMP reports (unreach_linux.go): recverr says the socket asks for them (IP_RECVERR);
+	// errq that one may wait in its error queue that a receive did not find (a send, or
+	// a peek, took the error the kernel sets with it); errMu guards the error queue's
+	// buffers.
+	unreachable    func(dst netip.AddrPort, quote []byte)
+	recverr        bool
+	errq           atomic.Bool
+	errMu          sync.Mutex
+	errBuf, errOOB []byte
+
 	faults *injector
 	segID  func(last4 []byte, length int, seg uint16)
 	tap    func(src, dst netip.AddrPort, id uint16, pieces [][]byte)
@@ -101,6 +132,9 @@ type Conn struct {
 	RecvTrunc    atomic.Uint64 // datagrams truncated by a too small buffer
 	GSOSends     atomic.Uint64 // messages sent as one GSO super-datagram
 	WriteBlocked atomic.Uint64 // sends that waited for socket buffer space (not counted on the portable path)
+	// ErrorReports counts the reports read from the socket's error queue (ICMP errors,
+	// Linux), PortUnreachable those of them that said a destination's port was closed.
+	ErrorReports, PortUnreachable atomic.Uint64
 }
 
 // ErrClosed is returned by operations on a closed Conn.
@@ -133,7 +167,7 @@ func Listen(cfg Config) (*Conn, error) {
 		uc.Close()
 		return nil, err
 	}
-	c := &Conn{uc: uc, rc: rc, v6: ip.Is6(), segID: cfg.SegmentID, tap: cfg.Tap}
+	c := &Conn{uc: uc, rc: rc, v6: ip.Is6(), segID: cfg.SegmentID, tap: cfg.Tap, unreachable: cfg.Unreachable}
 	c.local = uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	bufsz := cfg.SocketBuffer
@@ -154,7 +188,7 @@ func Listen(cfg Config) (*Conn, error) {
 	}
 	for i := 0; i < cfg.SourcePorts; i++ {
 		sc, err := Listen(Config{Local: netip.AddrPortFrom(ip, 0), SocketBuffer: cfg.SocketBuffer,
-			DisableGSO: cfg.DisableGSO, DisableGRO: true, portable: cfg.portable})
+			DisableGSO: cfg.DisableGSO, DisableGRO: true, portable: cfg.portable, sendOnly: true})
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("netio: source port %d: %w", i+1, err)
@@ -342,7 +376,11 @@ func (c *Conn) Doorbell(key uint32) {
 	} else {
 		sa = &unix.SockaddrInet4{Port: int(c.local.Port()), Addr: c.local.Addr().As4()}
 	}
-	if unix.Sendto(c.fd, bell[:], 0, sa) != nil {
+	err := unix.Sendto(c.fd, bell[:], 0, sa)
+	if err != nil && c.queuedSendError(err) {
+		err = unix.Sendto(c.fd, bell[:], 0, sa) // the error was an ICMP report's, not the doorbell's
+	}
+	if err != nil {
 		c.SendErrors.Add(1)
 	}
 }

@@ -7,8 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// setup sets the socket's options on Linux: forced buffer sizes, don't-fragment, and
-// unless cfg says otherwise, recvmmsg/sendmmsg with GSO and GRO. It runs in Listen, with
+// setup sets the socket's options on Linux: forced buffer sizes, don't-fragment, ICMP
+// reports (IP_RECVERR: see askForReports), and unless cfg says otherwise,
+// recvmmsg/sendmmsg with GSO and GRO. It runs in Listen, with
 // c.fd valid.
 func (c *Conn) setup(cfg Config, bufsz int) error {
 	// Large buffers: bursts of a window of packets per QP must not be dropped by the
@@ -28,6 +29,9 @@ func (c *Conn) setup(cfg Config, bufsz int) error {
 		err = unix.SetsockoptInt(c.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 	} else {
 		err = unix.SetsockoptInt(c.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+	}
+	if !cfg.sendOnly {
+		c.askForReports()
 	}
 	if cfg.portable {
 		return err // one recvmsg or sendmsg per datagram, as elsewhere

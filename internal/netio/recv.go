@@ -96,21 +96,21 @@ func (b *RecvBatch) Datagram(i int) (data []byte, segSize int, from netip.AddrPo
 // recvEach receives up to one datagram per slot of b from fd, one non-blocking recvmsg
 // each, until nothing is queued: the portable path. It fills the slots as recvmmsg would
 // (length, flags, sender; no control messages), so that Datagram reads them the same way.
-// It returns the number of datagrams and a non-nil error only for a real failure before
-// the first one.
+// It returns the number of datagrams and the error that stopped it, nil if it stopped
+// because nothing more was queued or b is full.
 func (b *RecvBatch) recvEach(fd int) (int, error) {
 	n := 0
+	var stop error
 	for n < len(b.msgs) {
 		r, _, flags, from, err := unix.Recvmsg(fd, b.bufs[n], nil, unix.MSG_DONTWAIT)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			if n > 0 || err == unix.EAGAIN || err == unix.EWOULDBLOCK {
-				break
+			if err != unix.EAGAIN && err != unix.EWOULDBLOCK {
+				stop = err
 			}
-			b.n = 0
-			return 0, err
+			break
 		}
 		m := &b.msgs[n]
 		m.n = uint32(r)
@@ -120,7 +120,7 @@ func (b *RecvBatch) recvEach(fd int) (int, error) {
 		n++
 	}
 	b.n = n
-	return n, nil
+	return n, stop
 }
 
 // setSender writes from into slot i's raw address, as recvmmsg would have.
@@ -141,17 +141,22 @@ func (b *RecvBatch) setSender(i int, from unix.Sockaddr) {
 }
 
 // Poll receives what is queued without waiting. It returns 0, nil when nothing is
-// queued and ErrClosed after Close.
+// queued and ErrClosed after Close. On Linux it also reads the socket's ICMP reports when
+// there are any (see unreach_linux.go), and calls Config.Unreachable for each closed port.
 func (c *Conn) Poll(b *RecvBatch) (int, error) {
 	if !c.acquire() {
 		return 0, ErrClosed
 	}
-	var n int
-	var err error
-	if c.mmsg {
-		n, err = b.RecvFD(c.fd)
-	} else {
-		n, err = b.recvEach(c.fd)
+	if c.errq.Load() {
+		c.readErrors()
+	}
+	n, err := c.recv(b)
+	// A receive that returns the socket's pending error has received nothing: the error
+	// says an ICMP report waits in the error queue. Read it and receive again (a few
+	// times: more reports may come meanwhile; a real failure persists).
+	for i := 0; err != nil && c.recverr && i < errorRounds; i++ {
+		c.readErrors()
+		n, err = c.recv(b)
 	}
 	c.release()
 	if n > 0 {
@@ -161,16 +166,49 @@ func (c *Conn) Poll(b *RecvBatch) (int, error) {
 	return n, err
 }
 
+// errorRounds bounds the receives Poll makes after reading ICMP reports.
+const errorRounds = 4
+
+// recv receives what is queued into b (c acquired): with recvmmsg, or one recvmsg per
+// datagram on the portable path. The error is nil when something was received; one that
+// stopped the portable path after the first datagram was the socket's pending error
+// (recvmmsg keeps such an error for the next call), whose report errq leaves for the
+// next Poll.
+func (c *Conn) recv(b *RecvBatch) (int, error) {
+	if c.mmsg {
+		return b.RecvFD(c.fd)
+	}
+	n, err := b.recvEach(c.fd)
+	if n > 0 && err != nil {
+		if c.recverr {
+			c.errq.Store(true)
+		}
+		err = nil
+	}
+	return n, err
+}
+
 // Pending reports whether a datagram is queued, without receiving it or waiting (a
 // zero-length peek). A caller that must take a lock to receive can look first and leave
-// the lock alone while nothing is queued. It returns false after Close.
+// the lock alone while nothing is queued. It returns false after Close. An error (the
+// socket's pending error, which the peek takes: an ICMP report, see Poll) reports true,
+// so that the caller polls.
 func (c *Conn) Pending() bool {
 	if !c.acquire() {
 		return false
 	}
-	p := peekFD(c.fd)
+	e := peekFD(c.fd)
 	c.release()
-	return p
+	if e == 0 {
+		return true
+	}
+	if e == unix.EAGAIN || e == unix.EWOULDBLOCK {
+		return false
+	}
+	if c.recverr {
+		c.errq.Store(true)
+	}
+	return true
 }
 
 func (c *Conn) countTrunc(b *RecvBatch) {

@@ -3,6 +3,7 @@ package netio
 import (
 	"encoding/binary"
 	"runtime"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -39,12 +40,12 @@ func (b *RecvBatch) RecvFD(fd int) (int, error) {
 	return b.n, nil
 }
 
-// peekFD reports whether a datagram is queued on fd: a zero-length recvfrom with MSG_PEEK,
-// made without telling the scheduler as RecvFD's is (with MSG_DONTWAIT it never sleeps).
-// An error other than "nothing queued" reports true: the receive that follows reports it.
-func peekFD(fd int) bool {
+// peekFD looks for a datagram queued on fd: a zero-length recvfrom with MSG_PEEK, made
+// without telling the scheduler as RecvFD's is (with MSG_DONTWAIT it never sleeps). It
+// returns 0 if one is queued, EAGAIN if none, or the error the peek returned.
+func peekFD(fd int) syscall.Errno {
 	_, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), 0, 0, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	return e == 0 || !isAgain(e)
+	return e
 }
 
 // groSegment returns the segment size in a datagram's control messages cm (its UDP_GRO

@@ -3,6 +3,7 @@ package netio
 import (
 	"errors"
 	"net"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -173,7 +174,13 @@ func (c *Conn) sendEach(b *SendBatch) error {
 			b.flat = b.packet(i, b.flat)
 			d = b.flat
 		}
-		_, _, err := c.source(p.src).uc.WriteMsgUDPAddrPort(d, nil, p.dst.AP)
+		s := c.source(p.src)
+		_, _, err := s.uc.WriteMsgUDPAddrPort(d, nil, p.dst.AP)
+		if err != nil && s.queuedSendError(unwrapErrno(err)) {
+			// An ICMP report's error, not the datagram's (see sendMsgs): send it again.
+			s.Doorbell(0)
+			_, _, err = s.uc.WriteMsgUDPAddrPort(d, nil, p.dst.AP)
+		}
 		switch {
 		case err == nil:
 			c.SendCalls.Add(1)
@@ -198,4 +205,13 @@ func (c *Conn) tapped(b *SendBatch, i, j int) {
 		c.tap(c.source(q.src).local, q.dst.AP, uint16(k-i), b.tapPieces)
 	}
 	clear(b.tapPieces)
+}
+
+// unwrapErrno returns the system call's errno in err, a net package error, or err.
+func unwrapErrno(err error) error {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
 }

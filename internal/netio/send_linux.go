@@ -100,7 +100,13 @@ func (b *SendBatch) segmentIDs(fix func([]byte, int, uint16), i, j int) {
 // sendMsgs sends msgs with sendmmsg, waiting for buffer space on EAGAIN and skipping a
 // message the kernel refuses. The socket does not block (EAGAIN instead), so the call is
 // made without the scheduler's bookkeeping (RawSyscall6; see RecvBatch.RecvFD).
+//
+// A refusal may be the socket's pending error instead of the message's own: an ICMP
+// report about an earlier datagram (Linux, unreach_linux.go), which the kernel returns
+// once, to the first call that looks, sending nothing. The message is then sent again
+// (once), and the doorbell wakes the receive path to read the report.
 func (c *Conn) sendMsgs(msgs []mmsghdr) error {
+	again := false // the message at i was refused once, by what may have been a report's error
 	for i := 0; i < len(msgs); {
 		if !c.acquire() {
 			return ErrClosed
@@ -112,15 +118,20 @@ func (c *Conn) sendMsgs(msgs []mmsghdr) error {
 		case e == 0:
 			c.SendCalls.Add(1)
 			i += int(r)
+			again = false
 		case e == unix.EINTR:
 		case isAgain(e):
 			c.WriteBlocked.Add(1)
 			if err := c.waitWritable(); err != nil {
 				return err
 			}
+		case !again && c.queuedSendError(e):
+			again = true
+			c.Doorbell(0)
 		default:
 			c.SendErrors.Add(1)
 			i++
+			again = false
 		}
 	}
 	return nil

@@ -117,6 +117,13 @@ type Device struct {
 	// (StatusWRFlushErr when the failure was the responder's, which raised an event too).
 	// It is called with engine locks held and must only queue the report.
 	OnQPError func(q *QP, status uint8)
+	// OnUnreachable, if set, receives the reports that the host of a UD datagram's
+	// destination dst answered it with ICMP port unreachable (Linux; see unreach.go):
+	// destQP is the datagram's destination QP and payload what the report quotes of its
+	// payload (possibly cut short), valid during the call. Reports are hints anyone can
+	// forge: the receiver checks them against what it sent. It is called from a receive
+	// path with engine locks held and must only queue the report.
+	OnUnreachable func(dst netip.AddrPort, destQP uint32, payload []byte)
 
 	closed atomic.Bool
 	wg     sync.WaitGroup
@@ -168,6 +175,8 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Tap != nil {
 		nc.Tap = tp.sent
 	}
+	var d *Device // set before the receive goroutines start, which call this
+	nc.Unreachable = func(dst netip.AddrPort, quote []byte) { d.portUnreachable(dst, quote) }
 	queues := cfg.Queues
 	if queues <= 0 {
 		queues = DefaultQueues()
@@ -194,8 +203,10 @@ func Open(cfg Config) (*Device, error) {
 	if queues > 1 {
 		for len(conns) < queues && err == nil {
 			var c *netio.Conn
+			// An ICMP report may reach any socket of the group (the kernel picks one by the
+			// flow's hash, as for a datagram).
 			c, err = netio.Listen(netio.Config{Local: conn.LocalAddr(), ReusePort: true, SocketBuffer: cfg.SocketBuffer,
-				DisableGSO: cfg.DisableGSO, DisableGRO: cfg.DisableGRO})
+				DisableGSO: cfg.DisableGSO, DisableGRO: cfg.DisableGRO, Unreachable: nc.Unreachable})
 			if err == nil {
 				conns = append(conns, c)
 			}
@@ -217,7 +228,7 @@ func Open(cfg Config) (*Device, error) {
 	// The window opens no further than the receive buffer holds, a packet per 8 KiB (the
 	// kernel charges a 4 KiB packet about that much).
 	rcv, _ := conn.SocketBuffers()
-	d := newDevice(cfg, conns, tp, rcv/8192)
+	d = newDevice(cfg, conns, tp, rcv/8192)
 	for _, u := range d.queues {
 		d.wg.Add(2)
 		go u.rxLoop()

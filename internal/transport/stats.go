@@ -15,6 +15,7 @@ type Stats struct {
 	WrongMode          uint64 // packets whose opcode the QP's ordering mode does not use
 	Dropped            uint64 // packets dropped for the QP's state or a protocol error
 	QKeyErrors         uint64 // UD datagrams carrying another Q_Key
+	Unreachable        uint64 // failures because the peer's host reported its port closed (unreach.go)
 
 	// Weakly-ordered mode.
 	PlacedOutOfOrder     uint64 // request packets placed while an earlier PSN was missing
@@ -51,6 +52,7 @@ func (s *Stats) add(o *Stats) {
 	s.WrongMode += o.WrongMode
 	s.Dropped += o.Dropped
 	s.QKeyErrors += o.QKeyErrors
+	s.Unreachable += o.Unreachable
 	s.PlacedOutOfOrder += o.PlacedOutOfOrder
 	s.HolesOpened += o.HolesOpened
 	s.HolesClosed += o.HolesClosed
