@@ -14,7 +14,7 @@ import (
 )
 
 // openAt opens a device at addr (port 0: an ephemeral one) that closes when the test ends.
-func openAt(t *testing.T, addr netip.Addr, port uint16) *verbs.Device {
+func openAt(t testing.TB, addr netip.Addr, port uint16) *verbs.Device {
 	t.Helper()
 	p := verbs.AnyPort
 	if port != 0 {
@@ -30,7 +30,7 @@ func openAt(t *testing.T, addr netip.Addr, port uint16) *verbs.Device {
 
 // vanish closes dev as a killed process's device goes: its connection manager sends no
 // DisconnectRequest, so the peers' connections stay up as far as they know.
-func vanish(t *testing.T, dev *verbs.Device) {
+func vanish(t testing.TB, dev *verbs.Device) {
 	t.Helper()
 	m, err := managerFor(dev)
 	if err != nil {

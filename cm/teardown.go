@@ -12,9 +12,10 @@ import (
 // peer, which moves its QP to ERR and answers. Disconnect waits for the answer at most
 // one keep-alive period (the connection's KeepAlive; DefaultKeepAlive, 1 s, if its
 // keep-alive is off), so that a dead peer does not hold it up: it returns nil when the
-// answer came, ErrPeerUnreachable or ErrPeerRestarted when the CM found the peer gone (on Linux, a
-// DisconnectRequest answered by ICMP port unreachable is one round trip)
-// first, ErrTimeout when the period ran out; ErrClosed after the device closed. Whatever
+// answer came, ErrPeerUnreachable or ErrPeerRestarted when the CM found the peer gone
+// first (on Linux, a DisconnectRequest that its host answers with ICMP port unreachable:
+// one round trip), ErrTimeout when the period ran out; ErrClosed after the device
+// closed. Whatever
 // it returns, the connection is ended on this side: Done is closed, and a
 // DisconnectRequest not yet answered is resent in the background until the peer answers
 // or the CM gives up on it. Calling it again, or after the peer disconnected, returns nil

@@ -15,7 +15,7 @@ import (
 
 // closedPort returns a UDP port on 127.0.0.1 where no socket is bound: one the system
 // just gave a socket that is closed again.
-func closedPort(t *testing.T) uint16 {
+func closedPort(t testing.TB) uint16 {
 	t.Helper()
 	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
