@@ -293,7 +293,7 @@ func (cn *Conn) Disconnect() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return fmt.Errorf("cm: Disconnect: %w", ErrClosed)
+		return &callError{op: "Disconnect", err: errDeviceClosed}
 	}
 	if c.state != stEstablished {
 		wait := c.discDone

@@ -20,6 +20,16 @@
 // or Accept (a QP in RESET is moved to INIT first, see InitQP) so that the first SEND
 // never meets an empty receive queue.
 //
+// A QP's remote access rights (what the peer may RDMA READ, WRITE and do atomics on) are
+// set once: by InitQP, or, for a QP still in RESET, by the Options of Dial or Accept
+// (default: write, read and atomic). Dial and Accept keep what InitQP set unless their
+// Options name rights (Access) or none (NoRemoteAccess), which replace it.
+//
+// Errors name the call ("cm: Dial: ...") and wrap what a caller tests with errors.Is:
+// this package's errors (ErrTimeout, ErrRejected, ErrClosed, ...; after the device's
+// Close, ErrClosed and verbs.ErrClosed both match), the context's error, and the verbs
+// errors of the QP. docs/errors.md lists them all with what to do.
+//
 // # The wire
 //
 // CM MADs (256 bytes, management class 0x07, class version 2) in UD SENDs between the two
