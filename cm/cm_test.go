@@ -145,13 +145,13 @@ func TestDialTimeout(t *testing.T) {
 	}
 	defer sink.Close()
 	a := newEndpoint(t, da, 0)
-	before := Counters(da)
+	before := DeviceCounters(da)
 	p := &DialParams{ResponseTimeout: 10 * time.Millisecond, MaxRetries: 3, DevicePort: uint16(sink.LocalAddr().(*net.UDPAddr).Port)}
 	_, err = Dial(testutil.Context(t), da, netip.MustParseAddrPort("127.0.0.4:7471"), a.QP, p)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Dial: %v, want ErrTimeout", err)
 	}
-	s := Counters(da)
+	s := DeviceCounters(da)
 	if got := s.REQRetries - before.REQRetries; got != 3 {
 		t.Errorf("%d retries, want 3", got)
 	}
@@ -260,7 +260,7 @@ func TestMRAWhileApplicationIsSlow(t *testing.T) {
 		c, err := Dial(testutil.Context(t), da, remote(db, p), a.QP, p)
 		dialed <- res{c, err}
 	}()
-	verbstest.WaitUntil(t, "an MRA", func() bool { return Counters(da).MRAReceived > 0 })
+	verbstest.WaitUntil(t, "an MRA", func() bool { return DeviceCounters(da).MRAReceived > 0 })
 	r, err := l.Accept(testutil.Context(t))
 	if err != nil {
 		t.Fatal(err)
@@ -311,8 +311,8 @@ func TestClose(t *testing.T) {
 	if _, err := Listen(db, testPort); err == nil {
 		t.Error("Listen on a closed device succeeded")
 	}
-	if err := cb.Disconnect(); !errors.Is(err, ErrClosed) {
-		t.Errorf("Disconnect after the device closed: %v, want ErrClosed", err)
+	if err := cb.Disconnect(); !errors.Is(err, ErrClosed) || !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("Disconnect after the device closed: %v, want cm.ErrClosed and verbs.ErrClosed", err)
 	}
 }
 
@@ -347,7 +347,7 @@ func TestConcurrentDials(t *testing.T) {
 	}
 	dialEach(t, da, db, qps, func() *DialParams { return &DialParams{ResponseTimeout: 500 * time.Millisecond} })
 	collect(t, accepted, n)
-	if s := Counters(db); s.Established != uint64(n) {
+	if s := DeviceCounters(db); s.Established != uint64(n) {
 		t.Errorf("listener established %d, want %d", s.Established, n)
 	}
 }

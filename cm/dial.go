@@ -53,7 +53,9 @@ func keepAliveOr(d time.Duration) time.Duration {
 }
 
 // InitQP moves an RC QP from RESET to INIT with the given remote access, so that
-// receives can be posted before Dial or Accept (as rdma_create_qp leaves a QP).
+// receives can be posted before Dial or Accept (as rdma_create_qp leaves a QP). Dial and
+// Accept keep that access unless their Options set Access or NoRemoteAccess, which
+// replace it: InitQP(qp, 0) and then Accept(qp, nil) gives the peer no remote access.
 func InitQP(qp *verbs.QP, access verbs.AccessFlags) error {
 	return qp.ModifyQP(&verbs.QPAttr{QPState: verbs.StateInit, PortNum: 1, QPAccessFlags: access},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
@@ -62,14 +64,14 @@ func InitQP(qp *verbs.QP, access verbs.AccessFlags) error {
 // checkQP checks that qp is an RC QP of dev in RESET or INIT.
 func checkQP(dev *verbs.Device, qp *verbs.QP) error {
 	if qp == nil {
-		return fmt.Errorf("cm: nil QP")
+		return fmt.Errorf("cm: %w: nil QP", verbs.ErrInvalid)
 	}
 	if qp.PD().Device() != dev {
-		return fmt.Errorf("cm: QP %#x belongs to another device", qp.QPNum())
+		return fmt.Errorf("cm: %w: QP %#x belongs to another device", verbs.ErrInvalid, qp.QPNum())
 	}
 	_, init := qp.QueryQP()
 	if init.QPType != verbs.QPTypeRC {
-		return fmt.Errorf("cm: QP %#x is %v: only RC QPs are connected", qp.QPNum(), init.QPType)
+		return fmt.Errorf("cm: %w: QP %#x is %v: only RC QPs are connected", verbs.ErrInvalid, qp.QPNum(), init.QPType)
 	}
 	if s := qp.State(); s != verbs.StateReset && s != verbs.StateInit {
 		return fmt.Errorf("cm: QP %#x is in %v, not RESET or INIT: %w", qp.QPNum(), s, ErrState)
@@ -85,7 +87,7 @@ func requestManager(dev *verbs.Device, op string, remote netip.AddrPort, private
 		return nil, fmt.Errorf("%w: %d bytes, %s carries at most %d", ErrPrivateData, len(private), what, max)
 	}
 	if !remote.Addr().IsValid() {
-		return nil, fmt.Errorf("cm: %s: invalid address %v", op, remote)
+		return nil, fmt.Errorf("cm: %s: %w: address %v", op, verbs.ErrInvalid, remote)
 	}
 	return managerFor(dev)
 }
@@ -126,9 +128,12 @@ func (m *manager) takeREQSlot(ctx context.Context) error {
 // a *RejectError (errors.Is ErrRejected, ErrNoListener for no listener), ErrTimeout
 // (no answer after the retries), ErrPeerUnreachable (Linux: the host at remote's address
 // reports that nothing is bound to the device port, within the first request's round
-// trip; see unreach.go), the context's error, or a check of the arguments. On error the
-// QP is left in INIT (reject, timeout, unreachable, cancellation) and may dial again.
-func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *verbs.QP, p *DialParams) (*Conn, error) {
+// trip; see unreach.go), the context's error, ErrClosed (the device was closed), or a
+// check of the arguments (ErrPrivateData, ErrState, verbs.ErrInvalid); each names Dial
+// ("cm: Dial: ..."). On error the QP is left in INIT (reject, timeout, unreachable,
+// cancellation) and may dial again.
+func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *verbs.QP, p *DialParams) (_ *Conn, err error) {
+	defer nameCall("Dial", &err)
 	if p == nil {
 		p = &DialParams{}
 	}
@@ -145,7 +150,7 @@ func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *ver
 		o.MTU = port.ActiveMTU // as rdma_cm's route: the link's
 	}
 	if !validMTU(o.MTU) {
-		return nil, fmt.Errorf("cm: Dial: invalid MTU %d", o.MTU)
+		return nil, fmt.Errorf("cm: Dial: %w: %v", verbs.ErrInvalid, o.MTU)
 	}
 	if o.MTU > port.ActiveMTU {
 		return nil, fmt.Errorf("cm: Dial: path MTU %d is above the device's active MTU %d (link MTU %d): %w",
@@ -156,6 +161,8 @@ func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *ver
 			return nil, err
 		}
 	}
+	// The QP is in INIT: Connect keeps its access unless the options set one.
+	o.Access, o.NoRemoteAccess = p.Options.Access, p.Options.NoRemoteAccess
 	peer := peerDevice(remote, p.DevicePort)
 	if err := m.takeREQSlot(ctx); err != nil {
 		return nil, err
@@ -165,7 +172,7 @@ func Dial(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, qp *ver
 	if m.closed {
 		m.mu.Unlock()
 		<-m.reqSlots
-		return nil, fmt.Errorf("cm: Dial: %w", ErrClosed)
+		return nil, errDeviceClosed
 	}
 	c := m.newConn(true, peer)
 	c.holdsSlot = true

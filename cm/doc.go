@@ -28,6 +28,16 @@
 //	ep, err := cm.DialQP(ctx, dev, netip.MustParseAddrPort("127.0.0.2:7471"), nil, nil)
 //	ep, err := l.AcceptQP(ctx, &cm.QPConfig{PD: pd, Recv: recvs}, nil) // server
 //
+// A QP's remote access rights (what the peer may RDMA READ, WRITE and do atomics on) are
+// set once: by InitQP, or, for a QP still in RESET, by the Options of Dial or Accept
+// (default: write, read and atomic). Dial and Accept keep what InitQP set unless their
+// Options name rights (Access) or none (NoRemoteAccess), which replace it.
+//
+// Errors name the call ("cm: Dial: ...") and wrap what a caller tests with errors.Is:
+// this package's errors (ErrTimeout, ErrRejected, ErrClosed, ...; after the device's
+// Close, ErrClosed and verbs.ErrClosed both match), the context's error, and the verbs
+// errors of the QP. docs/errors.md lists them all with what to do.
+//
 // # The wire
 //
 // CM MADs (256 bytes, management class 0x07, class version 2) in UD SENDs between the two
@@ -107,7 +117,7 @@
 // incarnation even on a device that does not use the CM. When the device at a peer's
 // address shows another incarnation than the connections here were made with, every one
 // of those connections ends at once with ErrPeerRestarted and its QP goes to ERR
-// (Stats.PeerRestarts counts it): at the new process's first REQ or REP to this device,
+// (Counters.PeerRestarts counts it): at the new process's first REQ or REP to this device,
 // or at its answer to the next probe, so within one keep-alive period. The new process's
 // own connections are made as usual.
 //

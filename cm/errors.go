@@ -18,7 +18,8 @@ var (
 	// ErrTimeout: the peer did not answer within the CM response timeout, however many
 	// times the message was resent.
 	ErrTimeout = errors.New("cm: no answer from the peer")
-	// ErrClosed: the listener, connection or device was closed.
+	// ErrClosed: the listener, connection or device was closed. When the device was
+	// closed the error matches verbs.ErrClosed too.
 	ErrClosed = errors.New("cm: closed")
 	// ErrDisconnected: the connection was ended by a DisconnectRequest, from this side
 	// (Disconnect) or from the peer.

@@ -38,7 +38,7 @@ func TestFaults(t *testing.T) {
 	}
 	dialed := dialEach(t, da, db, qps, func() *DialParams { return &DialParams{ResponseTimeout: 50 * time.Millisecond, KeepAlive: -1} })
 	collect(t, accepted, n)
-	sa, sb := Counters(da), Counters(db)
+	sa, sb := DeviceCounters(da), DeviceCounters(db)
 	if sa.Established != n || sb.Established != n {
 		t.Errorf("established %d (dialer) and %d (listener), want %d each", sa.Established, sb.Established, n)
 	}
@@ -97,7 +97,7 @@ func TestStaleConnection(t *testing.T) {
 	if !errors.Is(cb.Err(), ErrDisconnected) {
 		t.Errorf("old connection: %v, want ErrDisconnected", cb.Err())
 	}
-	if s := Counters(db); s.StaleRejects != 1 {
+	if s := DeviceCounters(db); s.StaleRejects != 1 {
 		t.Errorf("%d stale rejects, want 1", s.StaleRejects)
 	}
 	if s := b.QP.State(); s != verbs.StateErr {

@@ -142,7 +142,7 @@ func TestPeerRestartedDials(t *testing.T) {
 	if nc.Err() != nil {
 		t.Errorf("new connection: %v", nc.Err())
 	}
-	if n := Counters(db).PeerRestarts; n != 1 {
+	if n := DeviceCounters(db).PeerRestarts; n != 1 {
 		t.Errorf("PeerRestarts = %d, want 1", n)
 	}
 }
@@ -163,7 +163,7 @@ func TestPeerRestartedProbed(t *testing.T) {
 	openAt(t, verbstest.IPB, db1.Addr().Port())
 	waitEnded(t, "the dialer's connection", ca, ErrPeerRestarted)
 	t.Logf("ended %v after the new device opened (keep-alive period %v)", time.Since(start), p.KeepAlive)
-	s := Counters(da)
+	s := DeviceCounters(da)
 	if s.PeerRestarts != 1 || s.PeersLost != 0 {
 		t.Errorf("PeerRestarts %d, PeersLost %d; want 1, 0", s.PeerRestarts, s.PeersLost)
 	}
@@ -232,7 +232,7 @@ func TestDisconnectSilentPeer(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrPeerUnreachable) {
 		t.Errorf("Disconnect from a silent peer: %v, want ErrTimeout", err)
 	}
-	if r := Counters(da).DREQRetries; r >= uint64(p.MaxRetries) {
+	if r := DeviceCounters(da).DREQRetries; r >= uint64(p.MaxRetries) {
 		t.Errorf("Disconnect returned after %d DisconnectRequest retries: it waited them all out", r)
 	}
 	t.Logf("Disconnect from a silent peer: %v after %v (keep-alive period %v)", err, took, p.KeepAlive)

@@ -22,7 +22,8 @@ type Listener struct {
 
 // Listen starts taking connection requests for port (the service ID 0x01060000 | port, as
 // rdma_cm's TCP port space) at dev. A port has one listener per device.
-func Listen(dev *verbs.Device, port uint16) (*Listener, error) {
+func Listen(dev *verbs.Device, port uint16) (_ *Listener, err error) {
+	defer nameCall("Listen", &err)
 	return addListener(dev, port, "Listen", "",
 		func(m *manager) map[uint16]*Listener { return m.listeners },
 		func(m *manager) *Listener {
@@ -44,7 +45,7 @@ func addListener[L comparable](dev *verbs.Device, port uint16, op, space string,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return none, fmt.Errorf("cm: %s: %w", op, ErrClosed)
+		return none, errDeviceClosed
 	}
 	t := table(m)
 	if t[port] != none {
@@ -116,7 +117,8 @@ type Request struct {
 
 // Accept returns the next connection request, waiting for one until ctx is done or the
 // listener is closed (ErrClosed).
-func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+func (l *Listener) Accept(ctx context.Context) (_ *Request, err error) {
+	defer nameCall("Accept", &err)
 	for {
 		select {
 		case c := <-l.backlog:
@@ -135,7 +137,10 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 			}
 			return r, nil
 		case <-l.closed:
-			return nil, fmt.Errorf("cm: Accept: %w", ErrClosed)
+			if l.m.isClosed() {
+				return nil, errDeviceClosed
+			}
+			return nil, errListenerClosed
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -266,7 +271,8 @@ func (c *conn) reject(reason uint16, data []byte) {
 
 // Reject refuses the request with "consumer reject" and private data (at most 148
 // bytes), as rdma_reject does: Dial returns a *RejectError carrying it.
-func (r *Request) Reject(privateData []byte) error {
+func (r *Request) Reject(privateData []byte) (err error) {
+	defer nameCall("Reject", &err)
 	if len(privateData) > mad.RejectPrivateMax {
 		return fmt.Errorf("%w: %d bytes, a reject carries at most %d", ErrPrivateData, len(privateData), mad.RejectPrivateMax)
 	}
@@ -305,7 +311,8 @@ type AcceptParams struct {
 // requester, as rdma_accept does: the QP goes to RTS, the reply is sent, and Accept
 // returns once ReadyToUse came. ErrTimeout if it did not after the requester's number of
 // CM retries; a *RejectError if the requester gave up.
-func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
+func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (_ *Conn, err error) {
+	defer nameCall("Accept", &err)
 	if p == nil {
 		p = &AcceptParams{}
 	}
@@ -367,6 +374,8 @@ func (r *Request) Accept(qp *verbs.QP, p *AcceptParams) (*Conn, error) {
 	}
 	repRNR := p.Options.WithDefaults().RNRRetry
 	zeroes(&o)
+	// A QP in INIT keeps its access (InitQP's) unless the options set one.
+	o.Access, o.NoRemoteAccess = p.Options.Access, p.Options.NoRemoteAccess
 	if err := qp.Connect(req.StartingPSN, remote, o); err != nil {
 		c.reject(mad.RejNoQP, nil)
 		m.mu.Unlock()

@@ -51,7 +51,7 @@ type manager struct {
 	listeners map[uint16]*Listener // by service port
 	peers     map[netip.AddrPort]*peer
 	incs      map[netip.AddrPort]*remoteInc // softrnic peer devices' incarnations (incarnation.go)
-	stats     Stats
+	stats     Counters
 	out       [mad.Size]byte // scratch for messages sent once (mu held)
 	sidr      *sidrTable     // service ID resolution (sidr.go), made on first use
 }
@@ -62,8 +62,8 @@ type remoteKey struct {
 	id   uint32
 }
 
-// Stats counts the messages a device's connection manager sent and received.
-type Stats struct {
+// Counters count the messages a device's connection manager sent and received.
+type Counters struct {
 	REQSent, REQRetries, REQDuplicates      uint64
 	REPSent, REPRetries, RTUSent            uint64
 	MRASent, MRAReceived                    uint64
@@ -101,6 +101,9 @@ func managerFor(dev *verbs.Device) (*manager, error) {
 		return m, nil
 	}
 	port, err := gsiport.Lookup(dev)
+	if errors.Is(err, verbs.ErrClosed) {
+		return nil, errDeviceClosed
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -119,13 +122,14 @@ func newManager(dev *verbs.Device, port gsiport.Port) *manager {
 		listeners: map[uint16]*Listener{}, peers: map[netip.AddrPort]*peer{}, incs: map[netip.AddrPort]*remoteInc{}}
 }
 
-// Counters returns the counters of dev's connection manager (zero if it has none).
-func Counters(dev *verbs.Device) Stats {
+// DeviceCounters returns the counters of dev's connection manager (zero if it has none),
+// as dev.Counters() returns the device's packet counters.
+func DeviceCounters(dev *verbs.Device) Counters {
 	managersMu.Lock()
 	m := managers[dev]
 	managersMu.Unlock()
 	if m == nil {
-		return Stats{}
+		return Counters{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -290,10 +294,10 @@ func (m *manager) Closing() {
 			c.sendDREQ()
 		}
 		c.stopTimer()
-		c.finish(ErrClosed)
-		c.end(ErrClosed)
+		c.finish(errDeviceClosed)
+		c.end(errDeviceClosed)
 		if c.discDone != nil {
-			c.discErr = ErrClosed
+			c.discErr = errDeviceClosed
 			close(c.discDone)
 			c.discDone = nil
 		}

@@ -150,7 +150,7 @@ func TestClientRestarted(t *testing.T) {
 	if nc.Err() != nil {
 		t.Errorf("the new client's connection: %v", nc.Err())
 	}
-	if n := Counters(db).PeerRestarts; n != 1 {
+	if n := DeviceCounters(db).PeerRestarts; n != 1 {
 		t.Errorf("PeerRestarts = %d, want 1", n)
 	}
 }

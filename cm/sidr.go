@@ -67,10 +67,10 @@ func (e *SIDRError) Is(target error) bool {
 	return false
 }
 
-// SIDRStats counts a device's service ID resolutions. MADs that were malformed or
-// matched nothing count in Stats.Dropped, requests a full backlog dropped in
-// Stats.BacklogDrops, as for connections.
-type SIDRStats struct {
+// SIDRCounters count a device's service ID resolutions. MADs that were malformed or
+// matched nothing count in Counters.Dropped, requests a full backlog dropped in
+// Counters.BacklogDrops, as for connections.
+type SIDRCounters struct {
 	// Requester side: requests sent, resent after the response timeout, answered
 	// (Resolved: with success; Failed: with another status), given up (Timeouts).
 	REQSent, REQRetries, Resolved, Failed, Timeouts uint64
@@ -79,18 +79,18 @@ type SIDRStats struct {
 	REQReceived, REQDuplicates, REPSent, Unsupported uint64
 }
 
-// SIDRCounters returns the SIDR counters of dev's connection manager (zero if it has none).
-func SIDRCounters(dev *verbs.Device) SIDRStats {
+// DeviceSIDRCounters returns the SIDR counters of dev's connection manager (zero if it has none).
+func DeviceSIDRCounters(dev *verbs.Device) SIDRCounters {
 	managersMu.Lock()
 	m := managers[dev]
 	managersMu.Unlock()
 	if m == nil {
-		return SIDRStats{}
+		return SIDRCounters{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sidr == nil {
-		return SIDRStats{}
+		return SIDRCounters{}
 	}
 	return m.sidr.stats
 }
@@ -105,7 +105,7 @@ type sidrTable struct {
 	listeners map[uint16]*UDListener
 	out       map[uint32]*sidrOut   // requests sent, by request ID
 	in        map[remoteKey]*sidrIn // requests received, by requester and request ID
-	stats     SIDRStats
+	stats     SIDRCounters
 }
 
 // sidrs returns m's SIDR state, made on first use (mu held).
@@ -123,7 +123,7 @@ func (m *manager) closeSIDR() {
 		return
 	}
 	for _, o := range st.out {
-		o.finish(nil, fmt.Errorf("cm: ResolveUD: %w", ErrClosed))
+		o.finish(nil, errDeviceClosed)
 	}
 	for _, in := range st.in {
 		in.forget()
@@ -190,7 +190,8 @@ type sidrOut struct {
 // arguments. At most
 // MaxREQInFlight requests (connection requests and resolutions together) wait for an
 // answer per device; more wait their turn.
-func ResolveUD(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, p *ResolveParams) (*UDRemote, error) {
+func ResolveUD(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, p *ResolveParams) (_ *UDRemote, err error) {
+	defer nameCall("ResolveUD", &err)
 	if p == nil {
 		p = &ResolveParams{}
 	}
@@ -207,7 +208,7 @@ func ResolveUD(ctx context.Context, dev *verbs.Device, remote netip.AddrPort, p 
 	if m.closed {
 		m.mu.Unlock()
 		<-m.reqSlots
-		return nil, fmt.Errorf("cm: ResolveUD: %w", ErrClosed)
+		return nil, errDeviceClosed
 	}
 	st := m.sidrs()
 	o := &sidrOut{m: m, id: m.newSIDRID(), tid: randUint64(), peer: peer, serviceID: mad.UDPServiceID(remote.Port()),
@@ -279,7 +280,7 @@ func (m *manager) onSIDRTimer(o *sidrOut, gen uint64) {
 		return
 	}
 	if m.closed {
-		o.finish(nil, fmt.Errorf("cm: ResolveUD: %w", ErrClosed))
+		o.finish(nil, errDeviceClosed)
 		return
 	}
 	st := m.sidr
@@ -336,7 +337,8 @@ type UDListener struct {
 // ListenUD starts taking resolution requests for port (the service ID 0x01110000 | port,
 // as rdma_cm's UDP port space) at dev. A port has one UD listener per device; the UDP
 // and TCP port spaces are apart, as in rdma_cm (Listen and ListenUD may take one port).
-func ListenUD(dev *verbs.Device, port uint16) (*UDListener, error) {
+func ListenUD(dev *verbs.Device, port uint16) (_ *UDListener, err error) {
+	defer nameCall("ListenUD", &err)
 	return addListener(dev, port, "ListenUD", "UDP ",
 		func(m *manager) map[uint16]*UDListener { return m.sidrs().listeners },
 		func(m *manager) *UDListener {
@@ -391,12 +393,16 @@ type UDRequest struct {
 
 // Accept returns the next resolution request, waiting for one until ctx is done or the
 // listener is closed (ErrClosed).
-func (l *UDListener) Accept(ctx context.Context) (*UDRequest, error) {
+func (l *UDListener) Accept(ctx context.Context) (_ *UDRequest, err error) {
+	defer nameCall("Accept", &err)
 	select {
 	case in := <-l.backlog:
 		return &UDRequest{in: in, Remote: in.key.addr, PrivateData: append([]byte(nil), in.req.PrivateData[mad.CMAHeaderLen:]...)}, nil
 	case <-l.closed:
-		return nil, fmt.Errorf("cm: Accept: %w", ErrClosed)
+		if l.m.isClosed() {
+			return nil, errDeviceClosed
+		}
+		return nil, errListenerClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -413,7 +419,8 @@ type UDAcceptParams struct {
 // brought to RTS with UDPQKey (InitUDQP), one in INIT or RTR to RTS; post its receives
 // before Accept, as the requester may send as soon as the answer arrives. Accept does
 // not wait for anything: SIDR has no further message.
-func (r *UDRequest) Accept(qp *verbs.QP, p *UDAcceptParams) error {
+func (r *UDRequest) Accept(qp *verbs.QP, p *UDAcceptParams) (err error) {
+	defer nameCall("Accept", &err)
 	if p == nil {
 		p = &UDAcceptParams{}
 	}
@@ -435,7 +442,8 @@ func (r *UDRequest) Accept(qp *verbs.QP, p *UDAcceptParams) error {
 
 // Reject refuses the request with private data (at most 136 bytes), as rdma_reject does
 // for a UDP id: ResolveUD returns a *SIDRError with status SIDRReject carrying it.
-func (r *UDRequest) Reject(privateData []byte) error {
+func (r *UDRequest) Reject(privateData []byte) (err error) {
+	defer nameCall("Reject", &err)
 	if len(privateData) > mad.SIDRREPPrivateLen {
 		return fmt.Errorf("%w: %d bytes, a reject carries at most %d", ErrPrivateData, len(privateData), mad.SIDRREPPrivateLen)
 	}
@@ -449,7 +457,7 @@ func (r *UDRequest) answer(op string, rep *mad.SIDRREP) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return fmt.Errorf("cm: %s: %w", op, ErrClosed)
+		return errDeviceClosed
 	}
 	if r.in.answered {
 		return fmt.Errorf("cm: %s: the request was already answered: %w", op, ErrState)
@@ -560,13 +568,13 @@ func readyUDQP(qp *verbs.QP) error {
 // checkUDQP checks that qp is a UD QP of dev.
 func checkUDQP(dev *verbs.Device, qp *verbs.QP) error {
 	if qp == nil {
-		return fmt.Errorf("cm: nil QP")
+		return fmt.Errorf("cm: %w: nil QP", verbs.ErrInvalid)
 	}
 	if qp.PD().Device() != dev {
-		return fmt.Errorf("cm: QP %#x belongs to another device", qp.QPNum())
+		return fmt.Errorf("cm: %w: QP %#x belongs to another device", verbs.ErrInvalid, qp.QPNum())
 	}
 	if _, init := qp.QueryQP(); init.QPType != verbs.QPTypeUD {
-		return fmt.Errorf("cm: QP %#x is %v: a UD service is a UD QP", qp.QPNum(), init.QPType)
+		return fmt.Errorf("cm: %w: QP %#x is %v: a UD service is a UD QP", verbs.ErrInvalid, qp.QPNum(), init.QPType)
 	}
 	return nil
 }

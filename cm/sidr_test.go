@@ -106,7 +106,7 @@ func TestResolveUD(t *testing.T) {
 		!bytes.Equal(b.mr.Buf()[verbs.GRHLen:verbs.GRHLen+8], []byte("datagram")) {
 		t.Errorf("datagram through the resolved address: %+v", wc)
 	}
-	sa, sb := SIDRCounters(da), SIDRCounters(db)
+	sa, sb := DeviceSIDRCounters(da), DeviceSIDRCounters(db)
 	if sa.REQSent != 1 || sa.Resolved != 1 || sb.REQReceived != 1 || sb.REPSent != 1 {
 		t.Errorf("counters: requester %+v, listener %+v", sa, sb)
 	}
@@ -277,7 +277,7 @@ func TestResolveUDRetriesAndChecks(t *testing.T) {
 	if d := r.dropped(); d != uint64(len(bad)+1) {
 		t.Errorf("a late duplicate answer not dropped (%d dropped)", d)
 	}
-	if s := SIDRCounters(r.dev); s.REQRetries < 2 || s.Resolved != 1 {
+	if s := DeviceSIDRCounters(r.dev); s.REQRetries < 2 || s.Resolved != 1 {
 		t.Errorf("counters %+v", s)
 	}
 	if n := len(r.m.reqSlots); n != 0 {
@@ -323,7 +323,7 @@ func TestResolveUDTimeoutAndCancel(t *testing.T) {
 	if n := len(r.m.reqSlots); n != 0 {
 		t.Errorf("%d request slots still taken", n)
 	}
-	if s := SIDRCounters(r.dev); s.Timeouts != 1 || s.REQSent != 2 || s.REQRetries != 2 {
+	if s := DeviceSIDRCounters(r.dev); s.Timeouts != 1 || s.REQSent != 2 || s.REQRetries != 2 {
 		t.Errorf("counters %+v", s)
 	}
 }
@@ -395,7 +395,7 @@ func TestUDListenerDuplicatesAndChecks(t *testing.T) {
 		defer r.m.mu.Unlock()
 		return len(r.m.sidr.in) == 0
 	})
-	if s := SIDRCounters(r.dev); s.REQReceived != 2 || s.REQDuplicates != 4 || s.REPSent != 2 {
+	if s := DeviceSIDRCounters(r.dev); s.REQReceived != 2 || s.REQDuplicates != 4 || s.REPSent != 2 {
 		t.Errorf("counters %+v", s)
 	}
 
@@ -456,7 +456,7 @@ func TestSIDRBacklogAndClose(t *testing.T) {
 		mad.Put(b[:], 1, req)
 		m.HandleMAD(from, 1, b[:])
 	}
-	if s := Counters(dev); s.BacklogDrops != 3 || len(l.backlog) != Backlog {
+	if s := DeviceCounters(dev); s.BacklogDrops != 3 || len(l.backlog) != Backlog {
 		t.Errorf("%d backlog drops, %d in the backlog; want 3, %d", s.BacklogDrops, len(l.backlog), Backlog)
 	}
 	l2, err := ListenUD(dev, testUDPort+1)
@@ -473,7 +473,7 @@ func TestSIDRBacklogAndClose(t *testing.T) {
 		_, err := ResolveUD(context.Background(), dev, netip.MustParseAddrPort("127.0.0.99:7174"), &ResolveParams{ResponseTimeout: time.Hour})
 		errs <- err
 	}()
-	verbstest.WaitUntil(t, "the request sent", func() bool { return SIDRCounters(dev).REQSent == 1 })
+	verbstest.WaitUntil(t, "the request sent", func() bool { return DeviceSIDRCounters(dev).REQSent == 1 })
 	dev.Close()
 	for range 2 {
 		if err := <-errs; !errors.Is(err, ErrClosed) {
@@ -533,7 +533,7 @@ func TestSIDRFaults(t *testing.T) {
 			t.Errorf("request %d reached the application %d times", i, got[byte(i)])
 		}
 	}
-	sa, sb := SIDRCounters(da), SIDRCounters(db)
+	sa, sb := DeviceSIDRCounters(da), DeviceSIDRCounters(db)
 	t.Logf("requester %+v; listener %+v", sa, sb)
 	if sa.Resolved != n {
 		t.Errorf("%d resolved, want %d", sa.Resolved, n)

@@ -50,7 +50,7 @@ func (cn *Conn) disconnect(ctx context.Context, bound time.Duration) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return fmt.Errorf("cm: Disconnect: %w", ErrClosed)
+		return &callError{op: "Disconnect", err: errDeviceClosed}
 	}
 	wait, first := c.discDone, c.state == stEstablished
 	if first {

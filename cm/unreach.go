@@ -62,8 +62,8 @@ func (m *manager) PortUnreachable(dst netip.AddrPort, quote []byte) {
 		if port, ok := mad.ServicePort(c.req.ServiceID); ok {
 			remote = netip.AddrPortFrom(dst.Addr(), port)
 		}
-		c.finish(fmt.Errorf("cm: Dial %v: %w (no device at %v: its host reports the UDP port closed)",
-			remote, ErrPeerUnreachable, dst))
+		c.finish(fmt.Errorf("%w: %v: no device at %v (its host reports the UDP port closed)",
+			ErrPeerUnreachable, remote, dst))
 		c.forget()
 	case c.state == stDreqSent && h.AttrID == mad.AttrDREQ:
 		c.discErr = ErrPeerUnreachable // no DREP will come
@@ -83,8 +83,8 @@ func (m *manager) resolutionUnreachable(dst netip.AddrPort, tid uint64) {
 			if port, ok := mad.UDPServicePort(o.serviceID); ok {
 				remote = netip.AddrPortFrom(dst.Addr(), port)
 			}
-			o.finish(nil, fmt.Errorf("cm: ResolveUD %v: %w (no device at %v: its host reports the UDP port closed)",
-				remote, ErrPeerUnreachable, dst))
+			o.finish(nil, fmt.Errorf("%w: %v: no device at %v (its host reports the UDP port closed)",
+				ErrPeerUnreachable, remote, dst))
 			return
 		}
 	}

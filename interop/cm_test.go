@@ -232,8 +232,8 @@ func mraToLinux(t *testing.T, vm *rxevm.VM) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(ctx, func() bool { return cm.Counters(dev).MRASent > 0 }); err != nil {
-		t.Fatalf("softrnic sent no MRA: %v (%+v)", err, cm.Counters(dev))
+	if err := waitFor(ctx, func() bool { return cm.DeviceCounters(dev).MRASent > 0 }); err != nil {
+		t.Fatalf("softrnic sent no MRA: %v (%+v)", err, cm.DeviceCounters(dev))
 	}
 	conn, err := req.Accept(u.qp, nil)
 	if err != nil {
@@ -272,7 +272,7 @@ func rejToLinux(t *testing.T, vm *rxevm.VM) {
 	if want := "RDMA_CM_EVENT_REJECTED, error: 8"; rc == 0 || !strings.Contains(gout, want) {
 		t.Errorf("guest ucmatose exited %d without %q", rc, want)
 	}
-	if s := cm.Counters(dev); s.REJSent == 0 || s.Dropped != 0 {
+	if s := cm.DeviceCounters(dev); s.REJSent == 0 || s.Dropped != 0 {
 		t.Errorf("softrnic's CM: %+v", s)
 	}
 	check("$HOST->$GUEST MAD REJ")
@@ -292,7 +292,7 @@ func rejFromLinux(t *testing.T, vm *rxevm.VM) {
 	if !errors.Is(err, cm.ErrNoListener) || !errors.As(err, &rej) {
 		t.Errorf("Dial to a port with no listener: %v", err)
 	}
-	if s := cm.Counters(dev); s.REJReceived != 1 || s.REQRetries != 0 || s.Dropped != 0 {
+	if s := cm.DeviceCounters(dev); s.REJReceived != 1 || s.REQRetries != 0 || s.Dropped != 0 {
 		t.Errorf("softrnic's CM: %+v", s)
 	}
 	check("$GUEST->$HOST MAD REJ")
@@ -327,4 +327,4 @@ func jsonCounter(out, name string) int {
 }
 
 // cmStats formats dev's CM counters for a log.
-func cmStats(dev *verbs.Device) string { return fmt.Sprintf("%+v", cm.Counters(dev)) }
+func cmStats(dev *verbs.Device) string { return fmt.Sprintf("%+v", cm.DeviceCounters(dev)) }

@@ -127,8 +127,8 @@ type deviceSnapshot struct {
 	Addr     string               `json:"addr"`
 	Counters verbs.Counters       `json:"counters"`
 	Handlers []verbs.HandlerStats `json:"handlers"`
-	CM       cm.Stats             `json:"cm"`
-	SIDR     cm.SIDRStats         `json:"sidr"`
+	CM       cm.Counters          `json:"cm"`
+	SIDR     cm.SIDRCounters      `json:"sidr"`
 	QPs      []qpSnapshot         `json:"qps"`
 
 	labels string // device="ADDR", escaped
@@ -213,7 +213,7 @@ func (r *Registry) snapshot() *snapshot {
 				d.Handlers = append(d.Handlers, h)
 			}
 		}
-		d.CM, d.SIDR = cm.Counters(dev), cm.SIDRCounters(dev)
+		d.CM, d.SIDR = cm.DeviceCounters(dev), cm.DeviceSIDRCounters(dev)
 		qps := dev.QPs()
 		d.QPs = make([]qpSnapshot, len(qps))
 		for j, q := range qps {

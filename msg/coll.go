@@ -70,7 +70,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	n, r := c.size, c.rank
 	for k, round := 1, 0; k < n; k, round = k*2, round+1 {
 		if err := c.sendrecv(ctx, nil, (r+k)%n, nil, (r-k+n)%n, tag+round); err != nil {
-			return fmt.Errorf("msg: Barrier: %w", err)
+			return callError("Barrier", err)
 		}
 	}
 	return nil
@@ -80,10 +80,10 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // slice of the same length.
 func Bcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
 	if root < 0 || root >= c.size {
-		return fmt.Errorf("msg: Bcast from rank %d of %d", root, c.size)
+		return noRank("Bcast from root", root, c.size)
 	}
 	if err := c.bcast(ctx, asBytes(buf), root, c.collTag()); err != nil {
-		return fmt.Errorf("msg: Bcast: %w", err)
+		return callError("Bcast", err)
 	}
 	return nil
 }
@@ -133,10 +133,10 @@ func reduce[T Number](acc, in []T, op Op) {
 // the rank.
 func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
 	if len(recv) != len(send) {
-		return fmt.Errorf("msg: Allreduce: send has %d elements, recv %d", len(send), len(recv))
+		return fmt.Errorf("msg: Allreduce: %w: send has %d elements, recv %d", ErrInvalid, len(send), len(recv))
 	}
 	if op < Sum || op > Max {
-		return fmt.Errorf("msg: Allreduce: unknown op %d", op)
+		return fmt.Errorf("msg: Allreduce: %w: unknown %v", ErrInvalid, op)
 	}
 	copy(recv, send)
 	tag := c.collTag()
@@ -148,7 +148,7 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 		for mask, round := 1, 0; mask < n; mask, round = mask<<1, round+1 {
 			partner := r ^ mask
 			if err := c.sendrecv(ctx, asBytes(recv), partner, asBytes(tmp), partner, tag+round); err != nil {
-				return fmt.Errorf("msg: Allreduce: %w", err)
+				return callError("Allreduce", err)
 			}
 			if partner < r {
 				reduce(tmp, recv, op)
@@ -163,19 +163,19 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 	for mask, round := 1, 0; mask < n; mask, round = mask<<1, round+1 {
 		if r&mask != 0 {
 			if err := c.sendrecv(ctx, asBytes(recv), r&^mask, nil, -1, tag+round); err != nil {
-				return fmt.Errorf("msg: Allreduce: %w", err)
+				return callError("Allreduce", err)
 			}
 			break
 		}
 		if src := r | mask; src < n {
 			if err := c.sendrecv(ctx, nil, -1, asBytes(tmp), src, tag+round); err != nil {
-				return fmt.Errorf("msg: Allreduce: %w", err)
+				return callError("Allreduce", err)
 			}
 			reduce(recv, tmp, op)
 		}
 	}
 	if err := c.bcast(ctx, asBytes(recv), 0, tag+63); err != nil {
-		return fmt.Errorf("msg: Allreduce: %w", err)
+		return callError("Allreduce", err)
 	}
 	return nil
 }
@@ -185,7 +185,7 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 func Allgather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 	k := len(send)
 	if len(recv) != k*c.size {
-		return fmt.Errorf("msg: Allgather: recv has %d elements, want %d × %d", len(recv), c.size, k)
+		return fmt.Errorf("msg: Allgather: %w: recv has %d elements, want %d × %d", ErrInvalid, len(recv), c.size, k)
 	}
 	copy(recv[c.rank*k:], send)
 	tag := c.collTag()
@@ -195,20 +195,20 @@ func Allgather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 	for mask, round := 1, 0; mask < n; mask, round = mask<<1, round+1 {
 		if r&mask != 0 {
 			if err := c.sendrecv(ctx, asBytes(recv[r*k:(r+have)*k]), r&^mask, nil, -1, tag+round); err != nil {
-				return fmt.Errorf("msg: Allgather: %w", err)
+				return callError("Allgather", err)
 			}
 			break
 		}
 		if src := r | mask; src < n {
 			m := min(mask, n-src)
 			if err := c.sendrecv(ctx, nil, -1, asBytes(recv[src*k:(src+m)*k]), src, tag+round); err != nil {
-				return fmt.Errorf("msg: Allgather: %w", err)
+				return callError("Allgather", err)
 			}
 			have += m
 		}
 	}
 	if err := c.bcast(ctx, asBytes(recv), 0, tag+63); err != nil {
-		return fmt.Errorf("msg: Allgather: %w", err)
+		return callError("Allgather", err)
 	}
 	return nil
 }

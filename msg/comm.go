@@ -98,7 +98,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 		}
 	}
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
-		return nil, fmt.Errorf("msg: rank %d of %d", cfg.Rank, cfg.Size)
+		return nil, fmt.Errorf("msg: Init: %w: rank %d of a job of %d ranks", ErrInvalid, cfg.Rank, cfg.Size)
 	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err

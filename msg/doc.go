@@ -168,4 +168,11 @@
 // connection would hold with the largest slots from the start. LabStats is for
 // experiments on the enlargement itself: how often the send routine waited, and where the
 // time of the last enlargement went.
+//
+// # Errors
+//
+// Errors name the call ("msg: send to rank 5 with tag 1: invalid argument: there is no
+// rank 5 in a job of 2 ranks (0 to 1)") and wrap ErrInvalid, ErrTruncated, ErrPeerGone,
+// ErrClosed or the context's error, for errors.Is. docs/errors.md in the repository lists
+// them with what to do.
 package msg

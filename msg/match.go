@@ -134,7 +134,7 @@ func (c *Comm) Probe(ctx context.Context, source, tag int) (Status, error) {
 		}
 		c.probes = append(c.probes, pr)
 	}); err != nil {
-		return Status{}, err
+		return Status{}, callError("Probe", err)
 	}
 	if found {
 		return pr.st, nil
@@ -151,7 +151,7 @@ func (c *Comm) Probe(ctx context.Context, source, tag int) (Status, error) {
 		// It matched meanwhile.
 	}
 	if pr.gone {
-		return Status{}, ErrClosed
+		return Status{}, closedError("Probe")
 	}
 	return pr.st, nil
 }

@@ -25,8 +25,12 @@ func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint8) *Request {
 // sendInto starts a send with request r.
 func (c *Comm) sendInto(r *Request, buf []byte, dest, tag int, ctxID uint8) {
 	*r = Request{c: c, sig: r.sig, send: true, buf: buf, peer: dest, tag: tag, ctx: ctxID} // a pooled request keeps its wake channel
-	if dest < 0 || dest >= c.size || tag < 0 {
-		r.complete(fmt.Errorf("msg: Isend to rank %d of %d with tag %d: invalid", dest, c.size, tag))
+	switch {
+	case dest < 0 || dest >= c.size:
+		r.complete(noRank(fmt.Sprintf("send to rank %d with tag %d", dest, tag), dest, c.size))
+		return
+	case tag < 0:
+		r.complete(fmt.Errorf("msg: send to rank %d with tag %d: %w: a tag is at least 0", dest, tag, ErrInvalid))
 		return
 	}
 	c.start(r)
@@ -47,8 +51,12 @@ func (c *Comm) irecv(buf []byte, source, tag int, ctxID uint8) *Request {
 // recvInto starts a receive with request r.
 func (c *Comm) recvInto(r *Request, buf []byte, source, tag int, ctxID uint8) {
 	*r = Request{c: c, sig: r.sig, buf: buf, peer: source, tag: tag, ctx: ctxID}
-	if source < AnySource || source >= c.size || tag < AnyTag {
-		r.complete(fmt.Errorf("msg: Irecv from rank %d of %d with tag %d: invalid", source, c.size, tag))
+	switch {
+	case source < AnySource || source >= c.size:
+		r.complete(noRank(fmt.Sprintf("receive from rank %d with tag %d", source, tag), source, c.size))
+		return
+	case tag < AnyTag:
+		r.complete(fmt.Errorf("msg: receive from rank %d with tag %d: %w: a tag is at least 0 (or AnyTag)", source, tag, ErrInvalid))
 		return
 	}
 	c.start(r)
@@ -60,8 +68,10 @@ func (c *Comm) start(r *Request) {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
 	switch {
+	case c.down && r.send:
+		r.complete(closedError(fmt.Sprintf("send to rank %d with tag %d", r.peer, r.tag)))
 	case c.down:
-		r.complete(ErrClosed)
+		r.complete(closedError(fmt.Sprintf("receive from rank %d with tag %d", r.peer, r.tag)))
 	case r.send:
 		c.startSend(r)
 		c.pump() // post it now

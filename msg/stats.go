@@ -113,7 +113,7 @@ func (c *Comm) debugState() string {
 	c.call(func() {
 		dc := c.dev.Counters()
 		s = fmt.Sprintf("device %v: unknown QP %d, ICRC %d, malformed %d\n", c.dev.Addr(), dc.UnknownQP, dc.ICRCErrors, dc.Malformed)
-		s += fmt.Sprintf("rank %d: %d posted, %d unexpected, %d active; cm %+v\n", c.rank, len(c.posted), len(c.unexpected), len(c.active), cm.Counters(c.dev))
+		s += fmt.Sprintf("rank %d: %d posted, %d unexpected, %d active; cm %+v\n", c.rank, len(c.posted), len(c.unexpected), len(c.active), cm.DeviceCounters(c.dev))
 		for _, p := range c.peers {
 			if p == nil || p.qp == nil {
 				continue

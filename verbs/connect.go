@@ -61,14 +61,18 @@ func orDefault(v, d uint32) uint32 {
 // ConnectOptions are the attributes Connect sets; zero fields take the defaults shown,
 // except those named in Zero, whose 0 is used as it is.
 type ConnectOptions struct {
-	MTU         MTU         // path MTU (MTU1024)
-	Access      AccessFlags // remote access the QP allows (write, read and atomic)
-	Timeout     uint8       // local ACK timeout, 4.096 µs × 2^Timeout (14: 67 ms)
-	RetryCnt    uint8       // transport retries (7)
-	RNRRetry    uint8       // RNR retries, 7 = infinite (7)
-	MinRNRTimer uint8       // RNR NAK timer code sent to the peer (12: 0.64 ms)
-	MaxRdAtomic uint8       // outstanding READ/atomic each way (16)
-	// NoRemoteAccess leaves remote access off (Access is ignored).
+	MTU MTU // path MTU (MTU1024)
+	// Access is the remote access the QP allows. Left 0 it is write, read and atomic for
+	// a QP in RESET, and for a QP already in INIT the rights it was given there (by
+	// ModifyQP or cm.InitQP): Connect keeps them. Set (or NoRemoteAccess), it replaces
+	// them.
+	Access      AccessFlags
+	Timeout     uint8 // local ACK timeout, 4.096 µs × 2^Timeout (14: 67 ms)
+	RetryCnt    uint8 // transport retries (7)
+	RNRRetry    uint8 // RNR retries, 7 = infinite (7)
+	MinRNRTimer uint8 // RNR NAK timer code sent to the peer (12: 0.64 ms)
+	MaxRdAtomic uint8 // outstanding READ/atomic each way (16)
+	// NoRemoteAccess turns remote access off, whatever the QP had (Access is ignored).
 	NoRemoteAccess bool
 	// Ordering is what this side offers; weak mode is used only if the remote endpoint
 	// offers it too (see Endpoint.Ordering). MaxHole is the largest bitmap span this side
@@ -96,7 +100,8 @@ const (
 )
 
 // WithDefaults returns the options Connect applies: zero fields replaced by the defaults
-// ConnectOptions names, except those listed in Zero.
+// ConnectOptions names, except those listed in Zero. (Access 0 becomes write, read and
+// atomic, what Connect gives a QP in RESET; one in INIT keeps its own.)
 func (o ConnectOptions) WithDefaults() ConnectOptions {
 	if o.MTU == 0 {
 		o.MTU = MTU1024
@@ -122,12 +127,18 @@ func (o ConnectOptions) WithDefaults() ConnectOptions {
 
 // Connect moves a QP in RESET (or INIT) through INIT and RTR to RTS, connected to remote, sending
 // from the local PSN sqPSN. The QP accepts packets only from the remote device's address
-// and UDP port (AHAttr.SrcPort).
+// and UDP port (AHAttr.SrcPort). A QP in INIT keeps its remote access rights unless
+// o.Access or o.NoRemoteAccess is set.
 func (q *QP) Connect(sqPSN uint32, remote Endpoint, o ConnectOptions) error {
 	if q.init.QPType == QPTypeUD {
 		return fmt.Errorf("verbs: Connect: %w: a UD QP has no peer (address each datagram with an AH)", ErrInvalid)
 	}
+	keepAccess := o.Access == 0 && !o.NoRemoteAccess && q.State() == StateInit
 	o = o.WithDefaults()
+	if keepAccess {
+		a, _ := q.QueryQP()
+		o.Access = a.QPAccessFlags
+	}
 	ordering := OrderingOrdered
 	var maxHole uint32
 	if o.Ordering == OrderingWeak && remote.Ordering == OrderingWeak {

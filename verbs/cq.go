@@ -151,7 +151,7 @@ func (c *Device) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("verbs: CreateCQ: %w", err)
 	}
 	if c.cqs >= maxCQ {
 		return nil, fmt.Errorf("verbs: CreateCQ: %w (max_cq %d)", ErrLimit, maxCQ)
@@ -310,7 +310,7 @@ func (cq *CQ) Device() *Device { return cq.ctx }
 const pollChunk = 16
 
 // Wait polls the CQ until it returns at least one completion (into wc), ctx is done
-// (ctx.Err()) or the device is closed (an error wrapping ErrClosed). It busy-polls as a
+// (ctx.Err()) or the device is closed or the CQ destroyed (an error wrapping ErrClosed). It busy-polls as a
 // consumer polling a CQ does, driving the device's receive path and yielding the processor
 // between polls; to sleep until a completion arrives use a completion channel or handler.
 func (cq *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
@@ -320,6 +320,9 @@ func (cq *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
 	for {
 		if n := cq.PollCQ(wc); n > 0 {
 			return n, nil
+		}
+		if cq.destroyed.Load() {
+			return 0, fmt.Errorf("verbs: CQ.Wait: the CQ was destroyed: %w", ErrClosed)
 		}
 		select {
 		case <-ctx.Done():
@@ -424,6 +427,9 @@ func (cq *CQ) ResizeCQ(cqe int) error {
 	if cqe < 1 || cqe > maxCQE {
 		return fmt.Errorf("verbs: ResizeCQ: %w: cqe %d not in 1..%d", ErrInvalid, cqe, maxCQE)
 	}
+	if cq.destroyed.Load() {
+		return fmt.Errorf("verbs: ResizeCQ: %w", ErrClosed)
+	}
 	if !cq.cq.Resize(cqe) {
 		return fmt.Errorf("verbs: ResizeCQ: %w: %d completions are waiting", ErrInvalid, cq.cq.Len())
 	}
@@ -478,7 +484,7 @@ func (c *Device) CreateCompChannel() (*CompChannel, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("verbs: CreateCompChannel: %w", err)
 	}
 	return &CompChannel{ctx: c, ready: make(chan struct{}, 1), gone: make(chan struct{})}, nil
 }
@@ -552,8 +558,11 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 		ch.mu.Lock()
 		dead := ch.dead
 		ch.mu.Unlock()
-		if dead || ch.ctx.isClosed() {
-			return nil, ErrClosed
+		if dead {
+			return nil, fmt.Errorf("verbs: GetCQEvent: the completion channel was destroyed: %w", ErrClosed)
+		}
+		if ch.ctx.isClosed() {
+			return nil, fmt.Errorf("verbs: GetCQEvent: %w", ErrClosed)
 		}
 		select {
 		case <-ch.ready:

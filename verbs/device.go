@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softrnic/softrnic/internal/netio"
@@ -326,6 +327,11 @@ func OpenDevice(cfg DeviceConfig) (*Device, error) {
 		if c.pcap != nil {
 			c.pcap.Close()
 		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("verbs: open device: %w (another device, in this process or another, has %v: "+
+				"give each device an address of its own, 127.0.0.2, 127.0.0.3, ..., or a port of its own, "+
+				"or DeviceConfig.Port AnyPort to let the system choose a free one)", err, netip.AddrPortFrom(addr, uint16(port)))
+		}
 		return nil, fmt.Errorf("verbs: open device: %w", err)
 	}
 	c.dev = d
@@ -529,7 +535,11 @@ func (c *Device) onEvent(e transport.Event) {
 // here runs as soon as the receive goroutine has finished the batch of packets that raised
 // the event (it yields its processor then), so an SRQ limit event can be acted on in time.
 func (c *Device) GetAsyncEvent(ctx context.Context) (*AsyncEvent, error) {
-	return c.events.get(ctx)
+	ev, err := c.events.get(ctx)
+	if errors.Is(err, ErrClosed) {
+		return nil, fmt.Errorf("verbs: GetAsyncEvent: %w", err)
+	}
+	return ev, err
 }
 
 // TryGetAsyncEvent returns the next asynchronous event if there is one.

@@ -21,9 +21,12 @@
 // The package's CompletionChannel example is this sequence, runnable (and checked by go
 // test). Connect does the three ModifyQP calls from the peer's Endpoint.
 //
-// Errors are Go errors that say what was wrong (they wrap ErrInvalid, ErrBusy, ErrLimit or
-// ErrClosed); work completions carry libibverbs statuses. Post errors are *PostError and
-// name the refused work request.
+// Errors are Go errors that name the call and say what was wrong ("verbs: PostSend: work
+// request 1 refused: ..."); they wrap ErrInvalid, ErrBusy, ErrLimit or ErrClosed (every
+// call on a destroyed object or a closed device), for errors.Is. Post errors are
+// *PostError and name the refused work request (and SGE, for one outside its region).
+// Work completions carry libibverbs statuses. Every enum prints its name. docs/errors.md
+// in the repository lists every error with what to do.
 //
 // # Devices and addresses
 //

@@ -296,7 +296,7 @@ func (c *Device) SetCompletionHandler(id int, fn CompletionHandlerFunc) error {
 	c.mu.Lock()
 	if err := c.check(); err != nil {
 		c.mu.Unlock()
-		return err
+		return fmt.Errorf("verbs: SetCompletionHandler: %w", err)
 	}
 	if fn == nil {
 		h.fn.Store(nil)

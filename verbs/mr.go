@@ -22,7 +22,7 @@ func (c *Device) AllocPD() (*PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("verbs: AllocPD: %w", err)
 	}
 	if c.pds >= maxPD {
 		return nil, fmt.Errorf("verbs: AllocPD: %w (max_pd %d)", ErrLimit, maxPD)
@@ -188,7 +188,15 @@ func (mr *MR) Access() AccessFlags {
 // PD returns the protection domain the region belongs to.
 func (mr *MR) PD() *PD { return mr.pd }
 
-// SGE returns a scatter/gather element for bytes [off, off+length) of the region.
+// SGE returns a scatter/gather element for bytes [off, off+length) of the region. An
+// element that does not lie within the region (a negative offset or length, or one that
+// reaches past the end) is refused, naming it, by the PostSend, PostRecv or PostSRQRecv
+// it is given to; a length above 2^32-1 (what an SGE holds) is made one that is refused
+// too, never cut short.
 func (mr *MR) SGE(off, length int) SGE {
-	return SGE{Addr: mr.r.IOVA() + uint64(off), Length: uint32(length), LKey: mr.r.Key()}
+	l := uint32(length)
+	if length < 0 || int64(length) > int64(^uint32(0)) {
+		l = ^uint32(0) // above any message: refused, never truncated into range
+	}
+	return SGE{Addr: mr.r.IOVA() + uint64(off), Length: l, LKey: mr.r.Key()}
 }

@@ -327,8 +327,13 @@ const (
 	QPAttrOrdering QPAttrMask = QPAttrMask(transport.MaskOrdering)
 )
 
-// String names the mask's bits, e.g. "STATE|AV|PATH_MTU".
-func (m QPAttrMask) String() string { return transport.MaskString(uint32(m)) }
+// String names the mask's bits, e.g. "STATE|AV|PATH_MTU"; "0" for none.
+func (m QPAttrMask) String() string {
+	if m == 0 {
+		return "0"
+	}
+	return transport.MaskString(uint32(m))
+}
 
 // ModifyQP changes the QP's attributes and state with ibv_modify_qp's rules: each
 // transition requires and allows exactly the attributes the IBTA state table lists for
@@ -376,6 +381,9 @@ func (q *QP) ModifyQP(attr *QPAttr, mask QPAttrMask) error {
 		return fmt.Errorf("verbs: ModifyQP: %w: port_num 0 (the device's port is 1)", ErrInvalid)
 	}
 	if err := q.qp.Modify(&ta, uint32(mask), transport.DeviceCaps{MaxRdAtomic: maxQPRdAtom, MaxDestRdAtomic: maxQPRdAtom}); err != nil {
+		if errors.Is(err, transport.ErrDestroyed) {
+			return fmt.Errorf("verbs: ModifyQP: %v: %w", err, ErrClosed)
+		}
 		return fmt.Errorf("verbs: ModifyQP: %w: %v", ErrInvalid, err)
 	}
 	q.mu.Lock()
@@ -467,14 +475,18 @@ type RecvWR struct {
 }
 
 // PostError says which work request of a post was refused and why. The ones before it
-// were posted; it and the ones after were not.
+// were posted; it and the ones after were not. Err wraps ErrInvalid (a work request the
+// QP cannot take: its opcode, flags, number of SGEs, or an SGE outside its region),
+// ErrLimit (the queue is full) or ErrClosed (the QP, SRQ or device was destroyed or
+// closed).
 type PostError struct {
+	Op    string // the refused call: "PostSend", "PostRecv" or "PostSRQRecv"
 	Index int
 	Err   error
 }
 
 func (e *PostError) Error() string {
-	return fmt.Sprintf("verbs: work request %d refused: %v", e.Index, e.Err)
+	return fmt.Sprintf("verbs: %s: work request %d refused: %v", e.Op, e.Index, e.Err)
 }
 
 // Unwrap returns the reason.
@@ -483,7 +495,10 @@ func (e *PostError) Unwrap() error { return e.Err }
 // postChunk is how many work requests are converted per step (on the stack).
 const postChunk = 16
 
-// PostSend posts send work requests. A *PostError says which one was refused.
+// PostSend posts send work requests. A *PostError says which one was refused. Every SGE
+// must lie within the region its LKey names: one that reaches outside is refused here,
+// with the indices of its work request and of the SGE (libibverbs leaves that to the
+// device, which fails the work request with a local protection error).
 func (q *QP) PostSend(wrs []SendWR) error {
 	var buf [postChunk]transport.SendWR
 	for done := 0; done < len(wrs); {
@@ -492,9 +507,9 @@ func (q *QP) PostSend(wrs []SendWR) error {
 			w := &wrs[done+i]
 			if w.Opcode < WRRDMAWrite || w.Opcode > WRAtomicFetchAndAdd {
 				if posted, err := q.qp.PostSend(buf[:i]); err != nil {
-					return &PostError{Index: done + posted, Err: postReason(err)}
+					return &PostError{Op: "PostSend", Index: done + posted, Err: postReason(err)}
 				}
-				return &PostError{Index: done + i, Err: fmt.Errorf("%w: opcode %d", ErrInvalid, w.Opcode)}
+				return &PostError{Op: "PostSend", Index: done + i, Err: fmt.Errorf("%w: unknown opcode %d", ErrInvalid, int(w.Opcode))}
 			}
 			buf[i] = transport.SendWR{
 				WRID: w.WRID, SG: w.SGList, Opcode: uint8(w.Opcode), Flags: uint8(w.SendFlags),
@@ -505,9 +520,9 @@ func (q *QP) PostSend(wrs []SendWR) error {
 				ah, err := w.AH.use(q.pd)
 				if err != nil {
 					if posted, perr := q.qp.PostSend(buf[:i]); perr != nil {
-						return &PostError{Index: done + posted, Err: postReason(perr)}
+						return &PostError{Op: "PostSend", Index: done + posted, Err: postReason(perr)}
 					}
-					return &PostError{Index: done + i, Err: err}
+					return &PostError{Op: "PostSend", Index: done + i, Err: err}
 				}
 				buf[i].AH = ah
 			}
@@ -515,17 +530,17 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		posted, err := q.qp.PostSend(buf[:n])
 		clear(buf[:n])
 		if err != nil {
-			return &PostError{Index: done + posted, Err: postReason(err)}
+			return &PostError{Op: "PostSend", Index: done + posted, Err: postReason(err)}
 		}
 		done += n
 	}
 	return nil
 }
 
-// postReason wraps an engine refusal in the matching verbs error: a full queue is
-// ErrLimit, everything else ErrInvalid.
+// postReason wraps an engine refusal in the matching verbs error: a closed device or a
+// destroyed QP or SRQ is ErrClosed, a full queue ErrLimit, everything else ErrInvalid.
 func postReason(err error) error {
-	if errors.Is(err, transport.ErrDeviceClosed) {
+	if errors.Is(err, transport.ErrDeviceClosed) || errors.Is(err, transport.ErrDestroyed) {
 		return fmt.Errorf("%w: %v", ErrClosed, err)
 	}
 	if errors.Is(err, transport.ErrSQFull) || errors.Is(err, transport.ErrQueueFull) {
@@ -534,7 +549,8 @@ func postReason(err error) error {
 	return fmt.Errorf("%w: %v", ErrInvalid, err)
 }
 
-// PostRecv posts receive work requests. A *PostError says which one was refused.
+// PostRecv posts receive work requests. A *PostError says which one was refused; as with
+// PostSend, an SGE outside its region is refused here.
 func (q *QP) PostRecv(wrs []RecvWR) error {
 	var buf [postChunk]transport.RecvWR
 	for done := 0; done < len(wrs); {
@@ -545,7 +561,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		posted, err := q.qp.PostRecv(buf[:n])
 		clear(buf[:n])
 		if err != nil {
-			return &PostError{Index: done + posted, Err: postReason(err)}
+			return &PostError{Op: "PostRecv", Index: done + posted, Err: postReason(err)}
 		}
 		done += n
 	}

@@ -132,7 +132,7 @@ func (s *SRQ) PostSRQRecv(wrs []RecvWR) error {
 		posted, err := s.rq.Post(buf[:n])
 		clear(buf[:n])
 		if err != nil {
-			return &PostError{Index: done + posted, Err: postReason(err)}
+			return &PostError{Op: "PostSRQRecv", Index: done + posted, Err: postReason(err)}
 		}
 		done += n
 	}
@@ -156,6 +156,7 @@ func (s *SRQ) DestroySRQ() error {
 	s.pd.users--
 	c.srqs--
 	c.mu.Unlock()
+	s.rq.Destroy()
 	c.events.forget(s)
 	return nil
 }

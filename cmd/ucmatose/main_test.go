@@ -116,7 +116,7 @@ func TestExtraConnectionRefused(t *testing.T) {
 	if co.err == nil || co.r.Established != 2 || co.r.ConnectFails != 1 || co.r.CM.REJReceived != 1 {
 		t.Errorf("client: %v %+v", co.err, co.r)
 	}
-	if !strings.Contains(co.out.String(), "cmatose: event: cm: connection rejected") {
+	if !strings.Contains(co.out.String(), "cmatose: event: cm: Dial: connection rejected") {
 		t.Errorf("client printed %q", co.out.String())
 	}
 	if so.err != nil || so.r.Established != 2 {

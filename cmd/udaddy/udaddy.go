@@ -85,8 +85,8 @@ type Result struct {
 	Error string `json:"error,omitempty"`
 	OK    bool   `json:"ok"`
 	cmtool.Counters
-	SIDR cm.SIDRStats   `json:"sidr"`
-	QP   verbs.Counters `json:"qp"`
+	SIDR cm.SIDRCounters `json:"sidr"`
+	QP   verbs.Counters  `json:"qp"`
 }
 
 // output is where a run writes: Out takes udaddy's progress lines; Emit gets each
@@ -140,7 +140,7 @@ func run(ctx context.Context, cfg *Config, o *output) error {
 	}
 	o.Printf("test complete\n")
 	counters := cmtool.Read(dev)
-	sidr := cm.SIDRCounters(dev)
+	sidr := cm.DeviceSIDRCounters(dev)
 	for _, n := range nodes {
 		r := &n.res
 		r.Tool, r.Role, r.Index, r.Local, r.Port, r.Count, r.Size = "udaddy", role(cfg), n.id, dev.Addr().String(), cfg.Port, cfg.Count, cfg.Size

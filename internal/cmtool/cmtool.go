@@ -193,7 +193,7 @@ func pick(dev verbs.Counters, fields []string, m map[string]uint64) map[string]u
 // a full backlog. Left out: what loss explains (Loss), and the device's Dropped, which
 // counts a packet that arrives after its QP went to ERR at a disconnect (the peer's last
 // ACK, overtaken by its DisconnectRequest).
-func Errors(dev verbs.Counters, s cm.Stats) map[string]uint64 {
+func Errors(dev verbs.Counters, s cm.Counters) map[string]uint64 {
 	m := pick(dev, errorFields, nil)
 	for _, c := range []struct {
 		k string
@@ -212,7 +212,7 @@ func Errors(dev verbs.Counters, s cm.Stats) map[string]uint64 {
 // Loss returns the counters of a device and its connection manager that loss on the path
 // explains and that are not zero (nil if none): lossFields, and the connection manager's
 // resent REQs, REPs and DREQs.
-func Loss(dev verbs.Counters, s cm.Stats) map[string]uint64 {
+func Loss(dev verbs.Counters, s cm.Counters) map[string]uint64 {
 	m := pick(dev, lossFields, nil)
 	for _, c := range []struct {
 		k string
@@ -229,7 +229,7 @@ func Loss(dev verbs.Counters, s cm.Stats) map[string]uint64 {
 }
 
 // NonZero formats the non-zero counters of a struct of uint64 fields (verbs.Counters,
-// cm.Stats) as "Name=value" words, in field order.
+// cm.Counters) as "Name=value" words, in field order.
 func NonZero(v any) string {
 	rv := reflect.ValueOf(v)
 	var w []string
@@ -267,14 +267,14 @@ func ErrorsLine(m map[string]uint64) string {
 // error counters and the signs of loss that are not zero.
 type Counters struct {
 	Device verbs.Counters    `json:"device"`
-	CM     cm.Stats          `json:"cm"`
+	CM     cm.Counters       `json:"cm"`
 	Errors map[string]uint64 `json:"errors,omitempty"`
 	Loss   map[string]uint64 `json:"loss,omitempty"`
 }
 
 // Read reads dev's counters.
 func Read(dev *verbs.Device) Counters {
-	c := Counters{Device: dev.Counters(), CM: cm.Counters(dev)}
+	c := Counters{Device: dev.Counters(), CM: cm.DeviceCounters(dev)}
 	c.Device.Queues = nil
 	c.Errors = Errors(c.Device, c.CM)
 	c.Loss = Loss(c.Device, c.CM)

@@ -108,21 +108,21 @@ func TestWaiter(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	if m := Errors(verbs.Counters{Retransmits: 3, Duplicates: 2, Dropped: 1, NAKsReceived: 1}, cm.Stats{REQRetries: 1}); m != nil {
+	if m := Errors(verbs.Counters{Retransmits: 3, Duplicates: 2, Dropped: 1, NAKsReceived: 1}, cm.Counters{REQRetries: 1}); m != nil {
 		t.Errorf("%v", m)
 	}
-	m := Errors(verbs.Counters{ICRCErrors: 1, NAKsReceived: 2, UnknownQP: 4}, cm.Stats{Dropped: 3})
+	m := Errors(verbs.Counters{ICRCErrors: 1, NAKsReceived: 2, UnknownQP: 4}, cm.Counters{Dropped: 3})
 	if got := ErrorsLine(m); got != "cm.Dropped=3 device.ICRCErrors=1 device.UnknownQP=4" {
 		t.Errorf("%q", got)
 	}
-	m = Loss(verbs.Counters{ICRCErrors: 1, NAKsReceived: 2, Timeouts: 5}, cm.Stats{DREQRetries: 3})
+	m = Loss(verbs.Counters{ICRCErrors: 1, NAKsReceived: 2, Timeouts: 5}, cm.Counters{DREQRetries: 3})
 	if got := ErrorsLine(m); got != "cm.DREQRetries=3 device.NAKsReceived=2 device.Timeouts=5" {
 		t.Errorf("%q", got)
 	}
 	if got := ErrorsLine(nil); got != "none" {
 		t.Errorf("%q", got)
 	}
-	if got := NonZero(cm.Stats{REQSent: 2, DREPSent: 1}); got != "REQSent=2 DREPSent=1" {
+	if got := NonZero(cm.Counters{REQSent: 2, DREPSent: 1}); got != "REQSent=2 DREPSent=1" {
 		t.Errorf("%q", got)
 	}
 }

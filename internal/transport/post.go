@@ -13,7 +13,19 @@ var (
 	// ErrDeviceClosed is returned by posts after the device was closed.
 	ErrDeviceClosed = errors.New("device closed")
 	ErrSQFull       = errors.New("send queue full")
+	// ErrDestroyed is returned by posts to (and changes of) a destroyed QP or SRQ.
+	ErrDestroyed = errors.New("destroyed")
+	// ErrSGEBounds is returned by a post whose scatter/gather element reaches outside the
+	// region its key names (the key, protection domain and rights being right: those are
+	// found when the work request is used, as hardware finds them).
+	ErrSGEBounds = errors.New("SGE outside its memory region")
 )
+
+// sgeBoundsError describes scatter/gather element i, which lies outside r.
+func sgeBoundsError(i int, s SGE, r *tpt.Region) error {
+	return fmt.Errorf("%w: SGE %d (addr %#x, %d bytes) is not within the region of lkey %#x (addr %#x, %d bytes)",
+		ErrSGEBounds, i, s.Addr, s.Length, s.LKey, r.IOVA(), r.Len())
+}
 
 // PostSend posts work requests in order. It returns how many were posted and, if not all,
 // why the next one was refused.
@@ -22,6 +34,10 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 		return 0, ErrDeviceClosed
 	}
 	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return 0, fmt.Errorf("QP was %w", ErrDestroyed)
+	}
 	switch q.state {
 	case StateRTS, StateSQD, StateErr:
 	default:
@@ -86,19 +102,30 @@ func (q *QP) postOne(wr *SendWR) error {
 			return errors.New("an atomic work request needs exactly one 8-byte SGE")
 		}
 	default:
-		return fmt.Errorf("opcode %d is not supported on an RC QP", wr.Opcode)
+		return fmt.Errorf("%s is not supported on an RC QP", WROpName(wr.Opcode))
 	}
 	if inline {
 		w.inline = w.inline[:0]
 		if total > uint64(q.maxInline) {
+			// An element outside its region says more about the mistake than its size.
+			for i, s := range wr.SG {
+				r := q.dev.mrs.Lookup(s.LKey)
+				if _, st := r.Check(q.pd, s.Addr, uint64(s.Length), tpt.LocalRead); st == tpt.OutOfBounds {
+					return sgeBoundsError(i, s, r)
+				}
+			}
 			return fmt.Errorf("inline data of %d bytes exceeds the QP's max_inline_data %d", total, q.maxInline)
 		}
-		for _, s := range wr.SG {
-			b, st := q.dev.mrs.Lookup(s.LKey).Check(q.pd, s.Addr, uint64(s.Length), tpt.LocalRead)
+		for i, s := range wr.SG {
+			r := q.dev.mrs.Lookup(s.LKey)
+			b, st := r.Check(q.pd, s.Addr, uint64(s.Length), tpt.LocalRead)
+			if st == tpt.OutOfBounds {
+				return sgeBoundsError(i, s, r)
+			}
 			if st != tpt.OK {
 				// Inline data may come from unregistered memory in libibverbs; here all
 				// memory is reached through registrations, so an unknown key is an error.
-				return fmt.Errorf("inline SGE lkey %#x: %v", s.LKey, st)
+				return fmt.Errorf("inline SGE %d: lkey %#x: %v", i, s.LKey, st)
 			}
 			w.inline = append(w.inline, b...)
 		}
@@ -110,8 +137,13 @@ func (q *QP) postOne(wr *SendWR) error {
 		if wr.Opcode == WRRead || wr.Opcode >= WRAtomicCmpSwap {
 			need = tpt.LocalWrite
 		}
-		for _, s := range wr.SG {
-			b, st := q.dev.mrs.Check(s.LKey, q.pd, s.Addr, uint64(s.Length), need)
+		for i, s := range wr.SG {
+			r := q.dev.mrs.Lookup(s.LKey)
+			b, st := r.Check(q.pd, s.Addr, uint64(s.Length), need)
+			if st == tpt.OutOfBounds {
+				clear(w.segs)
+				return sgeBoundsError(i, s, r)
+			}
 			if st != tpt.OK {
 				if w.verr == 0 {
 					w.verr = localVendorErr(st)
@@ -154,8 +186,11 @@ func (q *QP) PostRecv(wrs []RecvWR) (int, error) {
 		return 0, errors.New("QP uses a shared receive queue; post to the SRQ")
 	}
 	q.mu.Lock()
-	st := q.state
+	st, destroyed := q.state, q.destroyed
 	q.mu.Unlock()
+	if destroyed {
+		return 0, fmt.Errorf("QP was %w", ErrDestroyed)
+	}
 	if st == StateReset {
 		return 0, fmt.Errorf("%w: PostRecv in state RESET", ErrQPState)
 	}

@@ -40,6 +40,8 @@ type RecvQueue struct {
 	pd     uint32
 	shared bool
 	limit  int // SRQ: armed low watermark (0: disarmed); crossing it raises EventSRQLimit once
+	// destroyed: the SRQ was destroyed; posts are refused.
+	destroyed bool
 
 	// Owner is the verbs object wrapping this queue (for SRQs).
 	Owner any
@@ -74,12 +76,16 @@ var ErrQueueFull = errors.New("receive queue full")
 
 // post adds one WQE, resolving its scatter list. Unknown or unsuitable lkeys do not fail
 // the post (hardware finds them when it uses the WQE); they complete with LOC_PROT_ERR.
+// An element outside the region its key names does (ErrSGEBounds).
 func (q *RecvQueue) post(wr *RecvWR) error {
 	if len(wr.SG) > q.maxSGE {
 		return fmt.Errorf("%d scatter elements, queue allows %d", len(wr.SG), q.maxSGE)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed {
+		return fmt.Errorf("SRQ was %w", ErrDestroyed)
+	}
 	if q.head-q.tail == uint64(len(q.ring)) {
 		return ErrQueueFull
 	}
@@ -89,9 +95,14 @@ func (q *RecvQueue) post(wr *RecvWR) error {
 	w.regs = w.regs[:0]
 	w.length = 0
 	w.verr = 0
-	for _, s := range wr.SG {
+	for i, s := range wr.SG {
 		r := q.dev.mrs.Lookup(s.LKey)
 		b, st := r.Check(q.pd, s.Addr, uint64(s.Length), tpt.LocalWrite)
+		if st == tpt.OutOfBounds {
+			clear(w.segs)
+			clear(w.regs)
+			return sgeBoundsError(i, s, r)
+		}
 		if st != tpt.OK {
 			w.verr = localVendorErr(st)
 			continue
@@ -143,6 +154,13 @@ func (q *RecvQueue) Post(wrs []RecvWR) (int, error) {
 		}
 	}
 	return len(wrs), nil
+}
+
+// Destroy makes every later post fail with ErrDestroyed (the SRQ was destroyed).
+func (q *RecvQueue) Destroy() {
+	q.mu.Lock()
+	q.destroyed = true
+	q.mu.Unlock()
 }
 
 // Limit returns the armed low watermark (0 when disarmed).

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/softrnic/softrnic/internal/netio"
@@ -87,7 +86,7 @@ func (q *QP) Modify(a *Attr, mask uint32, caps DeviceCaps) error {
 
 func (q *QP) modifyLocked(a *Attr, mask uint32, caps DeviceCaps) error {
 	if q.destroyed {
-		return errors.New("QP was destroyed")
+		return fmt.Errorf("QP was %w", ErrDestroyed)
 	}
 	cur := q.state
 	if mask&MaskCurState != 0 {

@@ -1,5 +1,7 @@
 package transport
 
+import "fmt"
+
 // QPState is a queue pair state, with libibverbs' values.
 type QPState uint8
 
@@ -33,6 +35,20 @@ const (
 	WRAtomicCmpSwap uint8 = 5
 	WRAtomicFetch   uint8 = 6
 )
+
+var wrOpNames = [...]string{
+	WRWrite: "RDMA_WRITE", WRWriteImm: "RDMA_WRITE_WITH_IMM", WRSend: "SEND", WRSendImm: "SEND_WITH_IMM",
+	WRRead: "RDMA_READ", WRAtomicCmpSwap: "ATOMIC_CMP_AND_SWP", WRAtomicFetch: "ATOMIC_FETCH_AND_ADD",
+}
+
+// WROpName returns a send opcode's name as libibverbs spells it without IBV_WR_, e.g.
+// "RDMA_WRITE", or "opcode N" for a number that is none.
+func WROpName(op uint8) string {
+	if int(op) < len(wrOpNames) {
+		return wrOpNames[op]
+	}
+	return fmt.Sprintf("opcode %d", op)
+}
 
 // Send flags (ibv_send_flags values).
 const (

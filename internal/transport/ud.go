@@ -159,7 +159,7 @@ func (u *udService) checkPost(op uint8, hasAH bool, remoteQPN uint32, length uin
 	q := u.q
 	switch {
 	case op != WRSend && op != WRSendImm:
-		return fmt.Errorf("opcode %d is not supported on a UD QP (SEND and SEND with immediate are)", op)
+		return fmt.Errorf("%s is not supported on a UD QP (SEND and SEND_WITH_IMM are)", WROpName(op))
 	case !hasAH:
 		return errUDNoAH
 	case remoteQPN > wire.PSNMask:

@@ -52,14 +52,14 @@ type roundResult struct {
 	Seconds     float64         // first Dial to the last established
 	Latencies   []time.Duration // each successful Dial's own duration, sorted
 	Weak        int             // connections that ended up weakly ordered
-	CM          cm.Stats        // the client's connection manager: the round's delta (connect phase)
+	CM          cm.Counters     // the client's connection manager: the round's delta (connect phase)
 	DevDropped  uint64
 
 	Disconnects        int
 	DisconnectFailures int
 	DisconnectError    string
 	DisconnectSeconds  float64
-	DisconnectCM       cm.Stats // the disconnect phase's delta
+	DisconnectCM       cm.Counters // the disconnect phase's delta
 	DestroySeconds     float64
 }
 
@@ -84,7 +84,7 @@ func (cl *client) connect(rc roundConfig) ([]*cm.Conn, []*verbs.QP, roundResult,
 	errs := make([]error, rc.n)
 	ctx, cancel := context.WithTimeout(context.Background(), rc.limit)
 	defer cancel()
-	base, baseDev := cm.Counters(cl.dev), cl.dev.Counters()
+	base, baseDev := cm.DeviceCounters(cl.dev), cl.dev.Counters()
 	var next atomic.Int64
 	var last atomic.Int64 // the latest successful Dial's return, ns since start
 	var wg sync.WaitGroup
@@ -117,7 +117,7 @@ func (cl *client) connect(rc roundConfig) ([]*cm.Conn, []*verbs.QP, roundResult,
 	}
 	wg.Wait()
 	res.Seconds = time.Duration(last.Load()).Seconds()
-	res.CM = diffStats(cm.Counters(cl.dev), base)
+	res.CM = diffStats(cm.DeviceCounters(cl.dev), base)
 	res.DevDropped = cl.dev.Counters().Dropped - baseDev.Dropped
 	for i, err := range errs {
 		if err != nil {
@@ -139,7 +139,7 @@ func (cl *client) connect(rc roundConfig) ([]*cm.Conn, []*verbs.QP, roundResult,
 
 // disconnect ends every connection, dc at a time, and destroys the QPs.
 func (cl *client) disconnect(rc roundConfig, conns []*cm.Conn, qps []*verbs.QP, res *roundResult) {
-	base := cm.Counters(cl.dev)
+	base := cm.DeviceCounters(cl.dev)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -171,7 +171,7 @@ func (cl *client) disconnect(rc roundConfig, conns []*cm.Conn, qps []*verbs.QP, 
 	}
 	wg.Wait()
 	res.DisconnectSeconds = time.Since(start).Seconds()
-	res.DisconnectCM = diffStats(cm.Counters(cl.dev), base)
+	res.DisconnectCM = diffStats(cm.DeviceCounters(cl.dev), base)
 	start = time.Now()
 	for _, qp := range qps {
 		_ = qp.DestroyQP()
@@ -180,8 +180,8 @@ func (cl *client) disconnect(rc roundConfig, conns []*cm.Conn, qps []*verbs.QP, 
 }
 
 // diffStats is a - b, field by field.
-func diffStats(a, b cm.Stats) cm.Stats {
-	return cm.Stats{
+func diffStats(a, b cm.Counters) cm.Counters {
+	return cm.Counters{
 		REQSent: a.REQSent - b.REQSent, REQRetries: a.REQRetries - b.REQRetries, REQDuplicates: a.REQDuplicates - b.REQDuplicates,
 		REPSent: a.REPSent - b.REPSent, REPRetries: a.REPRetries - b.REPRetries, RTUSent: a.RTUSent - b.RTUSent,
 		MRASent: a.MRASent - b.MRASent, MRAReceived: a.MRAReceived - b.MRAReceived,

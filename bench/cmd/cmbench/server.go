@@ -62,7 +62,7 @@ type server struct {
 	changed chan struct{} // closed and replaced on every change of the counts below
 	pending int           // Accepts still waiting
 	cur     *round
-	base    cm.Stats
+	base    cm.Counters
 	baseDev verbs.Counters
 }
 
@@ -131,7 +131,7 @@ func newServer(dev *verbs.Device, service uint16) (*server, error) {
 	if s.l, err = cm.Listen(dev, service); err != nil {
 		return nil, err
 	}
-	s.base, s.baseDev = cm.Counters(dev), dev.Counters()
+	s.base, s.baseDev = cm.DeviceCounters(dev), dev.Counters()
 	return s, nil
 }
 
@@ -235,7 +235,7 @@ func (s *server) waitFor(d time.Duration, cond func() bool) bool {
 
 // report fills the round's counts (mu held).
 func (s *server) report() serverReport {
-	c, d := cm.Counters(s.dev), s.dev.Counters()
+	c, d := cm.DeviceCounters(s.dev), s.dev.Counters()
 	b, rd := s.base, s.cur
 	return serverReport{Established: rd.ok, Failed: rd.fail, FirstError: rd.firstErr, Pending: s.pending,
 		Ended: rd.ended, Destroyed: rd.destroyed,
@@ -280,7 +280,7 @@ wait:
 	r := s.report()
 	r.TimedOut = !ok
 	s.cur = &round{}
-	s.base, s.baseDev = cm.Counters(s.dev), s.dev.Counters()
+	s.base, s.baseDev = cm.DeviceCounters(s.dev), s.dev.Counters()
 	return r
 }
 
