@@ -125,5 +125,5 @@ func (r *Request) release() {
 }
 
 func errPeer(rank int, err error) error {
-	return fmt.Errorf("%w: rank %d: %v", ErrPeerGone, rank, err)
+	return fmt.Errorf("%w: rank %d: %w", ErrPeerGone, rank, err)
 }
