@@ -30,7 +30,7 @@ func FromEnv(c *Config) error {
 	for _, v := range launcherVars {
 		rs, ss := os.Getenv(v[0]), os.Getenv(v[1])
 		if rs != "" && ss == "" {
-			return fmt.Errorf("msg: %s=%q is set but %s is not: a launcher sets both", v[0], rs, v[1])
+			return fmt.Errorf("msg: %w: %s=%q is set but %s is not: a launcher sets both", ErrInvalid, v[0], rs, v[1])
 		}
 		if rs == "" || ss == "" {
 			continue // a size alone is an allocation's (a Slurm shell), not a rank's
@@ -38,7 +38,7 @@ func FromEnv(c *Config) error {
 		r, err1 := strconv.Atoi(rs)
 		s, err2 := strconv.Atoi(ss)
 		if err1 != nil || err2 != nil || s < 1 || r < 0 || r >= s {
-			return fmt.Errorf("msg: %s=%q %s=%q: not a rank and a size", v[0], rs, v[1], ss)
+			return fmt.Errorf("msg: %w: %s=%q %s=%q: not a rank and a size", ErrInvalid, v[0], rs, v[1], ss)
 		}
 		c.Rank, c.Size = r, s
 		if c.LocalSize == 0 {
@@ -68,7 +68,7 @@ func addrFromEnv(c *Config) error {
 	if a := os.Getenv("SOFTRNIC_ADDR"); a != "" && !c.Addr.IsValid() {
 		ip, err := netip.ParseAddr(a)
 		if err != nil {
-			return fmt.Errorf("msg: SOFTRNIC_ADDR=%q: %v", a, err)
+			return fmt.Errorf("msg: %w: SOFTRNIC_ADDR=%q: %v", ErrInvalid, a, err)
 		}
 		c.Addr = ip
 	}
@@ -80,7 +80,7 @@ func addrFromEnv(c *Config) error {
 // Size is refused: the program meant to name its place in a larger job.
 func fromEnvOrAlone(c *Config) error {
 	if c.Rank != 0 {
-		return fmt.Errorf("msg: Config.Rank is %d but Size is 0: set both, or neither to take them from the launcher", c.Rank)
+		return fmt.Errorf("msg: %w: Config.Rank is %d but Size is 0: set both, or neither to take them from the launcher", ErrInvalid, c.Rank)
 	}
 	err := FromEnv(c)
 	if !errors.Is(err, ErrNoLauncher) {

@@ -71,11 +71,11 @@ func (c *Config) defaults() error {
 	}
 	for i, p := range c.Phases {
 		if p < hdrLen+8 || p > 1<<24 || (i > 0 && p <= c.Phases[i-1]) {
-			return fmt.Errorf("msg: Phases %v: sizes must grow, each from %d bytes to 16 MiB", c.Phases, hdrLen+8)
+			return fmt.Errorf("msg: %w: Phases %v: sizes must grow, each from %d bytes to 16 MiB", ErrInvalid, c.Phases, hdrLen+8)
 		}
 	}
 	if len(c.Phases) > 4 {
-		return fmt.Errorf("msg: at most 4 phases, not %d", len(c.Phases))
+		return fmt.Errorf("msg: %w: at most 4 phases, not %d", ErrInvalid, len(c.Phases))
 	}
 	if c.Slots == 0 {
 		c.Slots = 8
@@ -84,13 +84,13 @@ func (c *Config) defaults() error {
 		c.SendSlots = 4
 	}
 	if c.Slots < 2 || c.Slots > maxCredits || c.SendSlots < 1 || c.SendSlots > 64 {
-		return fmt.Errorf("msg: Slots %d (2..%d) or SendSlots %d (1..64) out of range", c.Slots, maxCredits, c.SendSlots)
+		return fmt.Errorf("msg: %w: Slots %d (2..%d) or SendSlots %d (1..64) out of range", ErrInvalid, c.Slots, maxCredits, c.SendSlots)
 	}
 	if c.Threshold == 0 {
 		c.Threshold = 1
 	}
 	if c.Threshold < 0.1 || c.Threshold > 1 {
-		return fmt.Errorf("msg: Threshold %v not in [0.1, 1]", c.Threshold)
+		return fmt.Errorf("msg: %w: Threshold %v not in [0.1, 1]", ErrInvalid, c.Threshold)
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 100 * time.Millisecond
@@ -108,7 +108,7 @@ func (c *Config) defaults() error {
 		c.CQDepth = 1 << 15
 	}
 	if c.SRQDepth < 16 || c.SRQDepth > 16384 || c.CQDepth < 2*c.SRQDepth || c.CQDepth > 1<<20 {
-		return fmt.Errorf("msg: SRQDepth %d (16..16384) or CQDepth %d (2*SRQDepth..1Mi) out of range", c.SRQDepth, c.CQDepth)
+		return fmt.Errorf("msg: %w: SRQDepth %d (16..16384) or CQDepth %d (2*SRQDepth..1Mi) out of range", ErrInvalid, c.SRQDepth, c.CQDepth)
 	}
 	if !c.Addr.IsValid() {
 		c.Addr = netip.MustParseAddr("127.0.0.1")

@@ -17,3 +17,18 @@ func TestErrPeerKeepsCause(t *testing.T) {
 		}
 	}
 }
+
+// A configuration no job can run with, and a launcher environment set by half, are
+// ErrInvalid.
+func TestConfigErrorsInvalid(t *testing.T) {
+	for _, c := range []Config{{Threshold: 2}, {Slots: 1}, {Phases: []int{4096, 1024}}} {
+		if err := c.defaults(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", c, err)
+		}
+	}
+	t.Setenv("PMI_RANK", "1")
+	t.Setenv("PMI_SIZE", "")
+	if err := FromEnv(&Config{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("PMI_RANK without PMI_SIZE: %v, want ErrInvalid", err)
+	}
+}
