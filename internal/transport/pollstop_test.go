@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"math"
 	"sync"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 )
 
 // TestStoppedPollLeavesReceivePath stops a consumer's poll of b in the middle, after it
-// found nothing to receive, as a machine busy with other work stops a thread for want of a
+// found nothing to receive (once a stall was seen: see stallWatch), as a machine busy with other work stops a thread for want of a
 // processor (up to a second now and then), and a sends b a SEND meanwhile: b's receive
 // goroutine takes it and b acknowledges it while the poll is stopped. Were the receive path
 // held through an empty poll, the device would stop with the polling thread: b's receive
@@ -30,6 +31,7 @@ func TestStoppedPollLeavesReceivePath(t *testing.T) {
 	ms := reg(t, a.d, src)
 
 	u := b.d.q0()
+	u.stalls.lookUntil.Store(math.MaxInt64) // a stall was seen: empty polls look first
 	stopped, resume, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	u.testPause = func() {
 		close(stopped)

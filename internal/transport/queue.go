@@ -64,8 +64,10 @@ type queue struct {
 	responding atomic.Bool
 	crossAt    atomic.Int64 // when this queue's pollers may next flush other devices' ACKs (AckGroup.flushOthers)
 
-	// testPause, set by tests only, is called by a poll that found nothing to do, where it
-	// found out: it stands for the system stopping the polling thread there.
+	stalls stallWatch // whether empty polls leave the receive path alone
+	// testPause, set by tests only, is called by a poll that found nothing to do without
+	// taking the receive path, where it found out: it stands for the system stopping the
+	// polling thread there.
 	testPause func()
 
 	timers timerQueue
@@ -129,24 +131,15 @@ func (u *queue) rxReady() bool {
 // progress receives and processes whatever is queued on the socket, in the caller's
 // goroutine, unless the receive path is busy elsewhere. Busy-polling consumers call it
 // (through CQ.Progress) so a completion does not wait for the receive goroutine to wake.
-//
-// A poll with nothing to do leaves the receive path alone: it looks at the socket without
-// receiving (netio.Conn.Pending) and takes rxMu only when a datagram waits, ACKs are held
-// back or READ responses wait for their round. A consumer polls nearly all the time and
-// most polls find nothing, so a receive path taken by every poll would be held by the
-// polling thread most of the time, and a machine busy with other work stops a thread now
-// and then, for up to a second. A thread stopped while holding the receive path stops the
-// device: its receive goroutine and timer goroutine, run on the process's other threads
-// when the peer's packets and the timers wake them, wait for it, nothing is answered, and
-// the peer's QPs spend their retry count on the silence. Left alone by empty polls, the
-// receive path is held by a stopped thread only if it stopped in the microseconds it spends
-// on packets.
+// While the system stops polling threads (stallWatch), a poll with nothing to do leaves
+// the receive path alone.
 func (u *queue) progress() {
 	if !u.polled.Load() {
 		u.polled.Store(true)
 	}
 	u.d.acks.flushOthers(u)
-	if !u.holdingAcks.Load() && !u.responding.Load() && !u.pending() {
+	start := u.d.now()
+	if u.stalls.looking(start) && !u.holdingAcks.Load() && !u.responding.Load() && !u.pending() {
 		if u.testPause != nil {
 			u.testPause()
 		}
@@ -155,9 +148,10 @@ func (u *queue) progress() {
 	if !u.rxMu.TryLock() {
 		return
 	}
+	n := 0
 	if !u.d.closed.Load() {
 		u.flushDeferred()
-		if n, _ := u.poll(); n > 0 {
+		if n, _ = u.poll(); n > 0 {
 			u.processBatch(n)
 		} else if len(u.respList) > 0 {
 			u.finishBatch()
@@ -168,6 +162,9 @@ func (u *queue) progress() {
 			u.parked = false
 			u.conn.Doorbell(uint32(u.idx)) // steered to this queue's socket
 		}
+	}
+	if n == 0 {
+		u.stalls.held(start, u.d.now())
 	}
 	u.rxMu.Unlock()
 }
