@@ -52,9 +52,9 @@
 //     the lists of QPs with ACKs, responses and requester work pending, held-back ACKs).
 //     Whoever processes the queue's packets holds it: its receive goroutine, its timer
 //     goroutine draining the socket before a loss timeout, or a consumer polling a CQ
-//     (CQ.Progress, which only TryLocks it, and only when the socket holds a datagram or
-//     the queue has ACKs or responses to send: a poll that finds nothing holds no lock,
-//     so a polling thread the system stops holds nothing the device needs). A QP's
+//     (CQ.Progress, which only TryLocks it; while the system stops polling threads, only
+//     when the socket holds a datagram or the queue has ACKs or responses to send, so that
+//     a stopped polling thread holds nothing the device needs: stallWatch). A QP's
 //     packets are processed only under its own queue's rxMu (QP.home): a packet that
 //     reaches another queue is dropped. It is held across the sendmmsg of the receive
 //     path's own batch, never across a socket read that can block.
