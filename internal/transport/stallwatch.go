@@ -28,7 +28,7 @@ type stallWatch struct {
 
 // stallLimit is how long an empty poll may hold the receive path before its thread is
 // taken to have been stopped there: a system call takes microseconds.
-const stallLimit = int64(500 * time.Microsecond)
+const stallLimit = int64(5 * time.Millisecond)
 
 // lookFor is how long polls look first after a stall: long enough that a machine stopping
 // threads again and again stalls a device at most once in that time.
