@@ -81,21 +81,7 @@ func TestPeerProcess(t *testing.T) {
 // report lines.
 func startPeer(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort, *bufio.Scanner) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestPeerProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), peerEnv+"="+mode)
-	cmd.Stderr = os.Stderr
-	cmd.WaitDelay = 10 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
+	cmd, lines := testutil.StartChild(t, "TestPeerProcess", peerEnv+"="+mode)
 	r := readReport(t, lines)
 	addr, err := netip.ParseAddrPort(r.Addr)
 	if err != nil {

@@ -69,24 +69,11 @@ func TestClientProcess(t *testing.T) {
 // device's address and its report lines.
 func startClient(t *testing.T, server netip.AddrPort, port uint16) (*exec.Cmd, netip.AddrPort, *bufio.Scanner) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestClientProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), clientEnv+"="+server.String())
+	env := []string{clientEnv + "=" + server.String()}
 	if port != 0 {
-		cmd.Env = append(cmd.Env, clientPortEnv+"="+strconv.Itoa(int(port)))
+		env = append(env, clientPortEnv+"="+strconv.Itoa(int(port)))
 	}
-	cmd.Stderr = os.Stderr
-	cmd.WaitDelay = 10 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
+	cmd, lines := testutil.StartChild(t, "TestClientProcess", env...)
 	r := readReport(t, lines)
 	addr, err := netip.ParseAddrPort(r.Addr)
 	if err != nil {

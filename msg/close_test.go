@@ -1,12 +1,10 @@
 package msg
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -52,18 +50,7 @@ func TestCloseKilledRank(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRankProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), rankEnv+"="+root)
-	cmd.Stderr = os.Stderr
-	cmd.WaitDelay = 10 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd, lines := testutil.StartChild(t, "TestRankProcess", rankEnv+"="+root)
 	c, err := Init(ctx, Config{Rank: 0, Size: 2, Root: root, Device: verbs.DeviceConfig{Faults: &verbs.Faults{}}})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +60,6 @@ func TestCloseKilledRank(t *testing.T) {
 		c.Close()
 		t.Fatalf("Recv from rank 1: %q %v", b, err)
 	}
-	lines := bufio.NewScanner(stdout)
 	for lines.Scan() && !strings.HasPrefix(lines.Text(), "sent") {
 		if strings.HasPrefix(lines.Text(), "error: ") {
 			c.Close()
