@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -145,16 +146,22 @@ func TestWrongCalls(t *testing.T) {
 // TestCloseEndsDialWithErrClosed checks that a Dial waiting for its answer when its device
 // closes returns an error naming Dial that wraps cm.ErrClosed and verbs.ErrClosed.
 func TestCloseEndsDialWithErrClosed(t *testing.T) {
-	da, db := devs(t, verbs.DeviceConfig{})
+	da := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
 	a := newEndpoint(t, da, 0)
-	dp := &DialParams{ResponseTimeout: time.Minute} // nobody listens: the REQ waits
-	to := remote(db, dp)
-	db.Close() // no answer, not even a reject
+	// A socket that answers nothing (not even with ICMP port unreachable, as a closed port
+	// would): the REQ waits.
+	sink, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IP(verbstest.IPB.AsSlice())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	dp := &DialParams{ResponseTimeout: time.Minute, DevicePort: uint16(sink.LocalAddr().(*net.UDPAddr).Port)}
+	to := netip.AddrPortFrom(verbstest.IPB, testPort)
 	errc := make(chan error, 1)
 	go func() { _, err := Dial(testutil.Context(t), da, to, a.QP, dp); errc <- err }()
 	verbstest.WaitUntil(t, "the request sent", func() bool { return DeviceCounters(da).REQSent == 1 })
 	da.Close()
-	err := <-errc
+	err = <-errc
 	if !errors.Is(err, ErrClosed) || !errors.Is(err, verbs.ErrClosed) || !strings.HasPrefix(err.Error(), "cm: Dial: ") {
 		t.Errorf("Dial when its device closed: %v, want cm: Dial: wrapping cm.ErrClosed and verbs.ErrClosed", err)
 	}
