@@ -130,3 +130,11 @@ func TestSourcePortsNoReports(t *testing.T) {
 		t.Errorf("IP_RECVERR: device socket %v, source socket %v; want true, false", c.recverr, c.srcs[0].recverr)
 	}
 }
+
+// FuzzPortUnreachable: the control messages of an error-queue read, whatever their bytes,
+// are read within their bounds.
+func FuzzPortUnreachable(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(make([]byte, 64))
+	f.Fuzz(func(t *testing.T, oob []byte) { portUnreachable(oob) })
+}
