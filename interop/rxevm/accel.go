@@ -65,14 +65,14 @@ func probeKVM(ctx context.Context, kver, cpu string) (ok, retry bool) {
 		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none", "-monitor", "none",
 		"-no-reboot", "-serial", "stdio", "-kernel", "/boot/vmlinuz-"+kver,
 		"-append", "console=ttyS0 panic=-1 rdinit=/none")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return false, false
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startWithParentDeath(cmd); err != nil {
 		return false, false
 	}
 	sc := bufio.NewScanner(out)

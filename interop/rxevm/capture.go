@@ -39,12 +39,12 @@ func (v *VM) Capture(ctx context.Context, path string, filter ...string) (*Captu
 	}
 	args := append([]string{"netns", "exec", v.cfg.Name, "tcpdump", "-i", bridgeDev, "-n", "--immediate-mode", "-U", "-Z", "root", "-w", path}, filter...)
 	cmd := exec.Command("ip", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startWithParentDeath(cmd); err != nil {
 		return nil, fmt.Errorf("rxevm: tcpdump: %w", err)
 	}
 	c := &Capture{vm: v, cmd: cmd, path: path, done: make(chan struct{})}

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -114,11 +113,8 @@ func inNetns(name string, fn func() error) error {
 // HostCommand returns a command that runs a host program inside the VM's network
 // namespace (ip netns exec NAME name args...), where it can bind HostAddr and exchange
 // RoCEv2 with the guest. The process is the program itself (ip execs it), so killing
-// cmd.Process reaches it; it also gets SIGKILL if the test process dies. Start it from an
-// ordinary goroutine (not inside InNamespace: the parent-death signal is tied to the
-// starting thread).
-func (v *VM) HostCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", v.cfg.Name, name}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
+// cmd.Process reaches it; it gets SIGKILL if the test process dies, and only then (it is
+// forked from a thread that lives as long as the process).
+func (v *VM) HostCommand(ctx context.Context, name string, args ...string) *HostCmd {
+	return hostCommand(ctx, "ip", append([]string{"netns", "exec", v.cfg.Name, name}, args...)...)
 }

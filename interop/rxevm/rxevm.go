@@ -52,7 +52,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -671,34 +670,30 @@ func (v *VM) qemuArgs(kver, initrd, accel, cpu, sock string) []string {
 }
 
 // startQEMU starts QEMU in the namespace (ip netns exec execs it: the pid is QEMU's) and
-// reaps it in a goroutine. The goroutine keeps its OS thread locked while QEMU runs, since
-// the parent-death signal (SIGKILL, so QEMU dies with a crashed test process) is tied to
-// the thread that started the child.
+// reaps it in a goroutine. QEMU gets SIGKILL if the test process dies.
 func (v *VM) startQEMU(args []string) error {
 	logf, err := os.Create(filepath.Join(v.dir, "qemu.log"))
 	if err != nil {
 		return fmt.Errorf("rxevm: %w", err)
 	}
-	errc := make(chan error, 1)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", v.cfg.Name, qemuBin}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// own process group: a terminal's Ctrl-C reaches the test process, which closes the VM
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := startWithParentDeath(cmd); err != nil {
+		logf.Close()
+		close(v.qdone)
+		return fmt.Errorf("rxevm: starting QEMU: %w", err)
+	}
+	v.qemu = cmd
+	v.info.QEMUPid = cmd.Process.Pid
+	os.WriteFile(filepath.Join(v.dir, "qemu.pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 		defer close(v.qdone)
 		defer logf.Close()
-		cmd := exec.Command("ip", append([]string{"netns", "exec", v.cfg.Name, qemuBin}, args...)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		// own process group: a terminal's Ctrl-C reaches the test process, which closes the VM
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			errc <- fmt.Errorf("rxevm: starting QEMU: %w", err)
-			return
-		}
-		v.qemu = cmd
-		v.info.QEMUPid = cmd.Process.Pid
-		os.WriteFile(filepath.Join(v.dir, "qemu.pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644)
-		errc <- nil
 		v.qerr = cmd.Wait()
 	}()
-	return <-errc
+	return nil
 }
 
 // accept waits for QEMU to connect to the control socket.
