@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +13,17 @@ import (
 // clearLauncher unsets every launcher variable FromEnv reads, for the test's duration.
 func clearLauncher(t *testing.T) {
 	t.Helper()
-	for _, v := range launcherVars {
-		t.Setenv(v[0], "")
-		t.Setenv(v[1], "")
+	for _, l := range launchers {
+		t.Setenv(l.rank, "")
+		t.Setenv(l.size, "")
 	}
-	t.Setenv("SOFTRNIC_ROOT", "")
-	t.Setenv("SOFTRNIC_ADDR", "")
+	for _, v := range []string{"SOFTRNIC_ROOT", "SOFTRNIC_ADDR", "SOFTRNIC_JOB", "SOFTRNIC_RENDEZVOUS_TIMEOUT", "SLURM_PROCID", "SLURM_NTASKS",
+		"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_RESV_PORTS",
+		"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid", "PMI_JOBID",
+		"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
 }
 
 // A program run without a launcher is a job of one rank: it sends to itself, and every
@@ -95,28 +101,34 @@ func TestInitHalfConfigFails(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "Size is 0") {
 		t.Errorf("Init with Rank 2 and no Size: %v, want it to name Size", err)
 	}
-	for _, v := range launcherVars {
-		t.Run(v[0], func(t *testing.T) {
+	for _, l := range launchers {
+		if l.name == slurm.name {
+			continue // a batch script's rank without a step's size: see below
+		}
+		t.Run(l.rank, func(t *testing.T) {
 			clearLauncher(t)
-			t.Setenv(v[0], "1")
+			t.Setenv(l.rank, "1")
 			c, err := Init(ctx, Config{})
 			if err == nil {
 				c.Close()
-				t.Fatalf("Init with %s and no %s: no error", v[0], v[1])
+				t.Fatalf("Init with %s and no %s: no error", l.rank, l.size)
 			}
-			if !strings.Contains(err.Error(), v[1]) || errors.Is(err, ErrNoLauncher) {
-				t.Errorf("Init with %s and no %s: %v, want it to name %s", v[0], v[1], err, v[1])
+			if !strings.Contains(err.Error(), l.size) || errors.Is(err, ErrNoLauncher) {
+				t.Errorf("Init with %s and no %s: %v, want it to name %s", l.rank, l.size, err, l.size)
 			}
 		})
 	}
-	// A size alone (a Slurm allocation's shell) is not a launcher: a job of one rank.
+	// A batch script's environment (sbatch -n 4: SLURM_PROCID 0, SLURM_NTASKS 4, but no
+	// step) is not a launcher's: a job of one rank, not rank 0 of 4 waiting for ranks
+	// that no srun started.
+	t.Setenv("SLURM_PROCID", "0")
 	t.Setenv("SLURM_NTASKS", "4")
 	c, err := Init(ctx, Config{})
 	if err != nil {
-		t.Fatalf("Init with SLURM_NTASKS alone: %v", err)
+		t.Fatalf("Init in a batch script: %v", err)
 	}
 	defer c.Close()
 	if c.Size() != 1 {
-		t.Errorf("Init with SLURM_NTASKS alone: size %d, want 1", c.Size())
+		t.Errorf("Init in a batch script: size %d, want 1", c.Size())
 	}
 }

@@ -100,6 +100,12 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("msg: Init: %w: rank %d of a job of %d ranks", ErrInvalid, cfg.Rank, cfg.Size)
 	}
+	if cfg.Size > 1 && cfg.Root == "" {
+		return nil, fmt.Errorf("msg: Init: %w: Config.Root (host:port of rank 0's rendezvous) is empty in a job of %d ranks", ErrInvalid, cfg.Size)
+	}
+	if !cfg.Addr.IsValid() && cfg.Size > 1 {
+		cfg.Addr = addrTowards(cfg.Root)
+	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -150,7 +156,8 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if c.lis, err = cm.Listen(dev, servicePort); err != nil {
 		return fail(err)
 	}
-	if c.book, c.job, err = exchange(ctx, cfg.Rank, cfg.Size, cfg.Root, dev.Addr(), job); err != nil {
+	rv := &rendezvous{rank: cfg.Rank, size: cfg.Size, job: cfg.Job, root: cfg.Root, dev: dev.Addr(), timeout: cfg.RendezvousTimeout}
+	if c.book, c.job, err = rv.exchange(ctx, job); err != nil {
 		return fail(err)
 	}
 	c.pool.init(c)
@@ -179,6 +186,9 @@ func (c *Comm) Rank() int { return c.rank }
 
 // Size is the number of ranks in the job.
 func (c *Comm) Size() int { return c.size }
+
+// Job is the job's identity (Config.Job, from the launcher): "" if none was known.
+func (c *Comm) Job() string { return c.cfg.Job }
 
 // Device is the rank's device.
 func (c *Comm) Device() *verbs.Device { return c.dev }

@@ -14,7 +14,7 @@ import (
 type Config struct {
 	Rank, Size int
 	// LocalSize is how many of the job's ranks share this host (0: unknown; from
-	// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE). When
+	// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or Slurm's SLURM_STEP_TASKS_PER_NODE). When
 	// several do, Init gives each its share of the CPUs by lowering GOMAXPROCS to
 	// NumCPU/LocalSize (at least 1), as MPI launchers bind each rank to its cores: two
 	// ranks each running as many threads as there are CPUs take turns on them, which
@@ -25,8 +25,20 @@ type Config struct {
 	// Root is the address (host:port) of the rendezvous that rank 0 serves and every
 	// rank reports to: how the ranks learn each other's devices ($SOFTRNIC_ROOT).
 	Root string
-	// Addr is this rank's device address ($SOFTRNIC_ADDR, else 127.0.0.1); the device
-	// takes an ephemeral UDP port, so that ranks on one host share an address.
+	// Job identifies the job: the same in each of its ranks, different from any other
+	// job's (from the launcher: Slurm's job and step IDs, Open MPI's PMIx namespace,
+	// PMI_JOBID, or the token rmsgrun draws, $SOFTRNIC_JOB). Rank 0's rendezvous
+	// refuses a rank that presents another job's (ErrRefused), so that two jobs given
+	// one Root never pair up each other's ranks.
+	Job string
+	// RendezvousTimeout bounds the rendezvous in Init (default 1 minute;
+	// $SOFTRNIC_RENDEZVOUS_TIMEOUT): a rank whose rank 0 never answers, or a rank 0
+	// some of whose ranks never come, fails with an error that says which.
+	RendezvousTimeout time.Duration
+	// Addr is this rank's device address ($SOFTRNIC_ADDR; else, in a job of several
+	// ranks, the address this host sends from to reach Root's host, so that ranks on
+	// several nodes need not be told theirs; else 127.0.0.1). The device takes an
+	// ephemeral UDP port, so that ranks on one host share an address.
 	Addr netip.Addr
 	// Phases are the eager ring's slot sizes, smallest first: every connection starts
 	// with Phases[0] and is enlarged, one connection at a time, to the phase a message
@@ -97,6 +109,12 @@ func (c *Config) defaults() error {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 30 * time.Second
+	}
+	if c.RendezvousTimeout == 0 {
+		c.RendezvousTimeout = time.Minute
+	}
+	if c.RendezvousTimeout < 0 {
+		return fmt.Errorf("msg: %w: RendezvousTimeout %v is negative", ErrInvalid, c.RendezvousTimeout)
 	}
 	if c.Reserve == 0 {
 		c.Reserve = 1

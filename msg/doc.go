@@ -16,15 +16,24 @@
 //
 // A launcher runs one process per rank and tells each its rank and the job's size in the
 // environment: Open MPI's mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), Slurm's
-// srun (SLURM_PROCID, SLURM_NTASKS), or a PMI launcher such as this module's rmsgrun
-// (PMI_RANK, PMI_SIZE). Init with a zero Config reads them (see FromEnv), and also:
+// srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS), or a PMI launcher such as this module's
+// rmsgrun (PMI_RANK, PMI_SIZE). Init with a zero Config reads them (see FromEnv), and also:
 //
-//   - SOFTRNIC_ROOT, the host:port where rank 0 serves the job's rendezvous; required
-//     when the job has more than one rank;
-//   - SOFTRNIC_ADDR, the IP address of this rank's device (default 127.0.0.1);
-//   - how many ranks share this host (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or
-//     SLURM_NTASKS_PER_NODE), from which Init gives each rank its share of the CPUs
-//     (Config.LocalSize).
+//   - SOFTRNIC_ROOT, where rank 0 serves the job's rendezvous: host:port, or a host alone
+//     to take the port Slurm reserved for the step (srun --resv-ports) or one drawn from
+//     the job's identity (RootPort); required when the job has more than one rank;
+//   - SOFTRNIC_ADDR, the IP address of this rank's device (default: the address this
+//     host reaches rank 0's host from, so each node of a job takes its own);
+//   - how many ranks share this host (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, or
+//     Slurm's SLURM_STEP_TASKS_PER_NODE for this node), from which Init gives each rank
+//     its share of the CPUs (Config.LocalSize);
+//   - the job's identity (Slurm's job and step IDs, Open MPI's PMIX_NAMESPACE, PMI_JOBID,
+//     or SOFTRNIC_JOB, which rmsgrun draws), which every rank presents at the rendezvous
+//     (Config.Job);
+//   - SOFTRNIC_RENDEZVOUS_TIMEOUT, how long the rendezvous may take (default 1 minute).
+//
+// A Slurm batch script itself is not a rank (only an srun step's tasks are): started in
+// one without srun, a program is a job of one rank.
 //
 // A program may instead fill Config.Rank, Size and Root itself, as the example does to
 // run both ranks of a job in one process. A program run without a launcher (none of the
@@ -35,9 +44,15 @@
 // Each rank opens a device of its own on an ephemeral UDP port of its address, so that
 // ranks on one host share the address. Then the ranks find each other: rank 0 listens
 // on the rendezvous address (TCP), every other rank connects to it (retrying until rank 0
-// is up) and reports its rank and its device's address, and once all have reported,
-// rank 0 sends every rank the whole address book and a job ID it drew at random. That is
-// all the rendezvous is for: from then on the ranks talk through their devices only.
+// is up) and reports its rank, the job's size and identity and its device's address, and
+// once all have reported, rank 0 sends every rank the whole address book and a job ID it
+// drew at random. That is all the rendezvous is for: from then on the ranks talk through
+// their devices only. Rank 0 refuses at once, saying why, a rank of another job (two jobs
+// given one SOFTRNIC_ROOT), of a job of another size, or a rank it has heard from
+// already: that rank's Init fails with ErrRefused, and rank 0 goes on waiting for its own.
+// The rendezvous ends within Config.RendezvousTimeout: a rank whose rank 0 never answers
+// fails saying so, and a rank 0 whose ranks do not all come fails naming the missing
+// ones, and tells the ranks that came.
 // Every rank's device listens for connection requests on the connection manager's port
 // 18600.
 //

@@ -520,7 +520,8 @@ func (p *pingpong) loop(ctx context.Context) (*Result, error) {
 		for i := range ne {
 			wc := &p.wc[i]
 			if wc.Status != verbs.WCSuccess {
-				return nil, fmt.Errorf("failed status %v (%d) for wr_id %d (%v)", wc.Status, int(wc.Status), wc.WRID, wc.VendorErr)
+				return nil, fmt.Errorf("failed status %v (%d) for wr_id %d (%v) after %d of %d iterations (received %d, sent %d)",
+					wc.Status, int(wc.Status), wc.WRID, wc.VendorErr, min(rcnt, scnt), c.Iters, rcnt, scnt)
 			}
 			switch wc.WRID {
 			case sendWRID:

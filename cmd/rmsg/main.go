@@ -12,7 +12,10 @@
 //	                                 (-phases 16384,131072: the same first round trip with
 //	                                 no enlargement; bench/enlarge.sh compares the two)
 //	rmsgrun -np 4 rmsg selftest      point-to-point, enlargement, rendezvous, collectives
+//	rmsgrun -np 4 rmsg info          each rank prints what it learnt from its launcher:
+//	                                 rank, size, job, ranks on its host, GOMAXPROCS
 //	mpirun -np 4 -x SOFTRNIC_ROOT=127.0.0.1:29500 rmsg selftest
+//	SOFTRNIC_ROOT=127.0.0.1 srun -n 4 rmsg selftest
 //
 // Rank 0 prints the results; with --json one object per result (test, size, figures).
 // With --metrics HOST:PORT each rank serves its counters while it runs (the launcher's
@@ -29,6 +32,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -78,7 +82,7 @@ func main() {
 	metricsAddr := fs.String("metrics", "", "serve the rank's counters on this address while it runs (host:port, e.g. 127.0.0.1:9464; the launcher's rank r on port+r, port 0: one the system picks): Prometheus text at /metrics, expvar JSON at /debug/vars")
 	phases := fs.String("phases", "", "eager slot sizes, comma-separated, smallest first (default msg.DefaultPhases); enlarge with a first phase of 16384 times the same first round trip without an enlargement")
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|enlarge|selftest [flags]   (under rmsgrun or mpirun)")
+		fmt.Fprintln(os.Stderr, "usage: rmsg latency|bw|bibw|allreduce|memory|enlarge|selftest|info [flags]   (under rmsgrun, mpirun or srun)")
 		os.Exit(2)
 	}
 	test := os.Args[1]
@@ -171,6 +175,8 @@ func main() {
 		err = memory(ctx, c, out)
 	case "enlarge":
 		err = enlarge(ctx, c, out)
+	case "info":
+		err = info(c, *jsonOut)
 	case "selftest":
 		err = selftest(ctx, c)
 		if err == nil && c.Rank() == 0 {
@@ -609,5 +615,32 @@ func memoryMany(ctx context.Context, cfg msg.Config, n int, jsonOut bool, metric
 			return err
 		}
 	}
+	return nil
+}
+
+// info prints, on every rank, what the rank learnt from its launcher's environment: its
+// rank, the job's size and identity, its device, and the CPUs it runs on (GOMAXPROCS
+// after Init, which lowers it when ranks share the host).
+func info(c *msg.Comm, jsonOut bool) error {
+	host, _ := os.Hostname()
+	r := struct {
+		Test       string `json:"test"`
+		Rank       int    `json:"rank"`
+		Ranks      int    `json:"ranks"`
+		Job        string `json:"job"`
+		Host       string `json:"host"`
+		Device     string `json:"device"`
+		GOMAXPROCS int    `json:"gomaxprocs"`
+		CPUs       int    `json:"cpus"`
+	}{"info", c.Rank(), c.Size(), c.Job(), host, c.Device().Addr().String(), runtime.GOMAXPROCS(0), runtime.NumCPU()}
+	if jsonOut {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+		return nil
+	}
+	fmt.Printf("rank %d of %d: job %q, host %s, device %s, GOMAXPROCS %d of %d CPUs\n", r.Rank, r.Ranks, r.Job, r.Host, r.Device, r.GOMAXPROCS, r.CPUs)
 	return nil
 }

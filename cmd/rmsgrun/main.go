@@ -1,8 +1,8 @@
 // Command rmsgrun starts a job of the softrnic messaging layer (package msg) on this host,
 // as mpirun does: N copies of a program, each told its rank, the job's size and how many
 // ranks share the host (PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS as MPICH's launcher sets
-// them) and where rank 0 serves the rendezvous (SOFTRNIC_ROOT), with their output
-// prefixed by rank.
+// them), where rank 0 serves the rendezvous (SOFTRNIC_ROOT) and the job's identity
+// (SOFTRNIC_JOB, drawn at random), with their output prefixed by rank.
 //
 //	rmsgrun -np 4 ./prog args...
 //
@@ -12,6 +12,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 func main() {
 	np := flag.Int("np", 2, "number of ranks")
 	addr := flag.String("addr", "127.0.0.1", "device address of every rank (SOFTRNIC_ADDR)")
+	root := flag.String("root", "", "host:port where rank 0 serves the rendezvous (SOFTRNIC_ROOT; default: a free port of -addr)")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: rmsgrun -np N program [args...]")
 		flag.PrintDefaults()
@@ -37,18 +39,26 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	os.Exit(run(*np, *addr, flag.Args(), os.Stdout, os.Stderr))
+	os.Exit(run(*np, *addr, *root, flag.Args(), os.Stdout, os.Stderr))
 }
 
-// run starts the ranks and waits for them; it returns the exit code.
-func run(np int, addr string, args []string, stdout, stderr io.Writer) int {
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		fmt.Fprintln(stderr, "rmsgrun:", err)
-		return 1
+// run starts the ranks and waits for them; it returns the exit code. Rank 0 serves the
+// rendezvous at root, or at a port of addr that is free now if root is "".
+func run(np int, addr, root string, args []string, stdout, stderr io.Writer) int {
+	if root == "" {
+		l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+		if err != nil {
+			fmt.Fprintln(stderr, "rmsgrun:", err)
+			return 1
+		}
+		root = l.Addr().String()
+		l.Close() // rank 0 listens on it
 	}
-	root := l.Addr().String()
-	l.Close() // rank 0 listens on it
+	// The job's identity, which every rank presents at the rendezvous: a rank of another
+	// job that reaches this job's rank 0 is refused.
+	var token [8]byte
+	rand.Read(token[:])
+	job := fmt.Sprintf("rmsgrun-%d-%x", os.Getpid(), token)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	ctx, stop := context.WithCancel(ctx)
@@ -61,7 +71,7 @@ func run(np int, addr string, args []string, stdout, stderr io.Writer) int {
 	for r := 0; r < np; r++ {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), fmt.Sprintf("PMI_RANK=%d", r), fmt.Sprintf("PMI_SIZE=%d", np),
-			fmt.Sprintf("MPI_LOCALNRANKS=%d", np), "SOFTRNIC_ROOT="+root, "SOFTRNIC_ADDR="+addr)
+			fmt.Sprintf("MPI_LOCALNRANKS=%d", np), "SOFTRNIC_ROOT="+root, "SOFTRNIC_ADDR="+addr, "SOFTRNIC_JOB="+job)
 		// Each rank in a process group of its own, so that stopping it stops what it
 		// started too; its output prefixed by rank, line by line.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

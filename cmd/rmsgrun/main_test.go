@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -28,7 +29,7 @@ func buildRmsg(t *testing.T) string {
 func TestRmsgrunSelftest(t *testing.T) {
 	bin := buildRmsg(t)
 	var out, errb bytes.Buffer
-	if code := run(4, "127.0.0.1", []string{bin, "selftest"}, &out, &errb); code != 0 {
+	if code := run(4, "127.0.0.1", "", []string{bin, "selftest"}, &out, &errb); code != 0 {
 		t.Fatalf("rmsgrun -np 4 rmsg selftest: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 	if !strings.Contains(out.String(), "[0] selftest: 4 ranks OK") {
@@ -36,11 +37,36 @@ func TestRmsgrunSelftest(t *testing.T) {
 	}
 }
 
+// Every rank of a job gets the same identity, and two jobs different ones.
+func TestRmsgrunJobIdentity(t *testing.T) {
+	jobs := map[string]bool{}
+	for range 2 {
+		var out, errb bytes.Buffer
+		if code := run(3, "127.0.0.1", "", []string{"sh", "-c", `echo "job=$SOFTRNIC_JOB"`}, &out, &errb); code != 0 {
+			t.Fatalf("exit %d\n%s", code, errb.String())
+		}
+		ids := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			_, id, _ := strings.Cut(line, "job=")
+			ids[id] = true
+		}
+		if len(ids) != 1 || ids[""] {
+			t.Fatalf("the ranks' SOFTRNIC_JOB:\n%s", out.String())
+		}
+		for id := range ids {
+			jobs[id] = true
+		}
+	}
+	if len(jobs) != 2 {
+		t.Errorf("two jobs share an identity: %v", jobs)
+	}
+}
+
 // A failing rank stops the job, and rmsgrun exits with its code.
 func TestRmsgrunFailure(t *testing.T) {
 	var out, errb bytes.Buffer
 	start := time.Now()
-	code := run(3, "127.0.0.1", []string{"sh", "-c", `if [ "$PMI_RANK" = 1 ]; then exit 3; fi; sleep 60`}, &out, &errb)
+	code := run(3, "127.0.0.1", "", []string{"sh", "-c", `if [ "$PMI_RANK" = 1 ]; then exit 3; fi; sleep 60`}, &out, &errb)
 	if code != 3 {
 		t.Errorf("exit %d, want 3\n%s", code, errb.String())
 	}
@@ -76,5 +102,64 @@ func TestMpirunSelftest(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "selftest: 4 ranks OK") {
 		t.Errorf("output:\n%s", out)
+	}
+	// Every rank takes the job's identity from Open MPI's environment.
+	cmd = exec.CommandContext(ctx, mpirun, "--oversubscribe", "-np", "2", "-x", "SOFTRNIC_ROOT="+root, bin, "info", "--json")
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	if out, err = cmd.Output(); err != nil {
+		t.Fatalf("mpirun -np 2 rmsg info: %v\n%s", err, out)
+	}
+	jobs := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct{ Job string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		jobs[r.Job]++
+	}
+	if len(jobs) != 1 || jobs[""] != 0 {
+		t.Errorf("the ranks' jobs under mpirun: %v", jobs)
+	}
+}
+
+// Two jobs given one rendezvous address (rmsgrun -root), started at once: either both
+// run (one job's rendezvous was over before the other's began), or one runs and the
+// other fails at once, saying why: its rank 0 finds the port taken, or its other ranks
+// are refused by the other job's rank 0; and its launcher stops the rest.
+func TestTwoJobsOneRoot(t *testing.T) {
+	bin := buildRmsg(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := l.Addr().String()
+	l.Close()
+	t.Setenv("SOFTRNIC_RENDEZVOUS_TIMEOUT", "10m") // failing at once, not by the deadline
+	type job struct {
+		out, errb bytes.Buffer
+		code      int
+	}
+	var jobs [2]job
+	done := make(chan int)
+	for i := range jobs {
+		go func() {
+			jobs[i].code = run(2, "127.0.0.1", root, []string{bin, "selftest"}, &jobs[i].out, &jobs[i].errb)
+			done <- i
+		}()
+	}
+	ok := 0
+	for range jobs {
+		j := &jobs[<-done]
+		t.Logf("exit %d\n%s%s", j.code, j.out.String(), j.errb.String())
+		if j.code == 0 {
+			ok++
+			continue
+		}
+		if s := j.errb.String(); !strings.Contains(s, "refused by rank 0's rendezvous") && !strings.Contains(s, "another job's rank 0") {
+			t.Errorf("a job failed without saying why:\n%s", s)
+		}
+	}
+	if ok == 0 {
+		t.Error("neither job ran")
 	}
 }
