@@ -109,8 +109,10 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	if cfg.LocalSize > 1 && !cfg.KeepGOMAXPROCS && os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/cfg.LocalSize))
+	if !cfg.KeepGOMAXPROCS && os.Getenv("GOMAXPROCS") == "" {
+		if n := cpuShare(runtime.NumCPU(), onlineCPUs(), cfg.LocalSize, cfg.CPUs); n > 0 {
+			runtime.GOMAXPROCS(n)
+		}
 	}
 	dc := cfg.Device
 	dc.Addr, dc.Port = cfg.Addr, verbs.AnyPort

@@ -14,14 +14,16 @@ import (
 type Config struct {
 	Rank, Size int
 	// LocalSize is how many of the job's ranks share this host (0: unknown; from
-	// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or Slurm's SLURM_STEP_TASKS_PER_NODE). When
-	// several do, Init gives each its share of the CPUs by lowering GOMAXPROCS to
+	// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or Slurm's SLURM_STEP_TASKS_PER_NODE),
+	// and CPUs how many CPUs the launcher gives each (0: unknown; Slurm's
+	// SLURM_CPUS_PER_TASK, srun -c). Init sets GOMAXPROCS to this rank's share: CPUs, or
 	// NumCPU/LocalSize (at least 1), as MPI launchers bind each rank to its cores: two
 	// ranks each running as many threads as there are CPUs take turns on them, which
-	// halves what a connection between them moves. Not when the GOMAXPROCS environment
-	// variable is set, nor with KeepGOMAXPROCS.
-	LocalSize      int
-	KeepGOMAXPROCS bool
+	// halves what a connection between them moves. Not when the launcher has bound the
+	// process to some of the host's CPUs already (NumCPU is then its share), nor when
+	// the GOMAXPROCS environment variable is set, nor with KeepGOMAXPROCS.
+	LocalSize, CPUs int
+	KeepGOMAXPROCS  bool
 	// Root is the address (host:port) of the rendezvous that rank 0 serves and every
 	// rank reports to: how the ranks learn each other's devices ($SOFTRNIC_ROOT).
 	Root string

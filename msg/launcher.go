@@ -50,8 +50,8 @@ var launchers = []launcher{
 // size nor, in every version, a job ID).
 var slurm = &launchers[len(launchers)-1]
 
-// FromEnv fills Rank, Size, LocalSize, Job, Root, Addr and RendezvousTimeout from a
-// launcher's environment where they are zero:
+// FromEnv fills Rank, Size, LocalSize, CPUs, Job, Root, Addr and RendezvousTimeout
+// from a launcher's environment where they are zero:
 //
 //   - Open MPI's mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //     OMPI_COMM_WORLD_LOCAL_SIZE, and the job from PMIX_NAMESPACE (or
@@ -59,8 +59,9 @@ var slurm = &launchers[len(launchers)-1]
 //   - a PMI launcher (rmsgrun, MPICH's mpiexec): PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS,
 //     the job from SOFTRNIC_JOB or PMI_JOBID;
 //   - Slurm's srun: SLURM_PROCID, SLURM_STEP_NUM_TASKS, the tasks on this node from
-//     SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID, the job from SLURM_JOB_ID and
-//     SLURM_STEP_ID. A launcher that srun started fills its gaps from these.
+//     SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID, the CPUs per task from
+//     SLURM_CPUS_PER_TASK (srun -c), the job from SLURM_JOB_ID and SLURM_STEP_ID. A
+//     launcher that srun started fills its gaps from these.
 //
 // and from softrnic's own variables: SOFTRNIC_ROOT, rank 0's rendezvous (host:port; a
 // host alone takes the step's first reserved port, SLURM_STEP_RESV_PORTS, or a port
@@ -97,6 +98,9 @@ func FromEnv(c *Config) error {
 			if c.LocalSize == 0 && step != nil {
 				c.LocalSize = step.localSize()
 			}
+		}
+		if c.CPUs == 0 && (l == slurm || step != nil) {
+			c.CPUs = envInt("SLURM_CPUS_PER_TASK")()
 		}
 		if c.Job == "" {
 			c.Job = l.job()

@@ -64,6 +64,8 @@ func TestFromEnvLaunchers(t *testing.T) {
 		{"srun on two nodes of 2 and one of 1", []string{"SLURM_JOB_ID=7", "SLURM_STEP_ID=3", "SLURM_PROCID=4", "SLURM_STEP_NUM_TASKS=5",
 			"SLURM_STEP_TASKS_PER_NODE=2(x2),1", "SLURM_NODEID=2", "SOFTRNIC_ROOT=[fd00::1]"},
 			Config{Rank: 4, Size: 5, LocalSize: 1, Job: "7.3", Root: "[fd00::1]:" + strconv.Itoa(RootPort("7.3"))}},
+		{"srun -c 2", append(srun, "SLURM_CPUS_PER_TASK=2", "SOFTRNIC_ROOT=h:1"),
+			Config{Rank: 1, Size: 4, LocalSize: 4, CPUs: 2, Job: "50.0", Root: "h:1"}},
 		{"srun --mpi=pmi2", append(srun, "PMI_RANK=1", "PMI_SIZE=4", "PMI_JOBID=50.0", "SOFTRNIC_ROOT=10.0.0.1:1"),
 			Config{Rank: 1, Size: 4, LocalSize: 4, Job: "50.0", Root: "10.0.0.1:1"}},
 		{"srun --mpi=pmi2 without PMI_JOBID", append(srun, "PMI_RANK=1", "PMI_SIZE=4", "SOFTRNIC_ROOT=10.0.0.1:1"),
@@ -88,11 +90,11 @@ func TestFromEnvLaunchers(t *testing.T) {
 			if err := FromEnv(&got); err != nil {
 				t.Fatal(err)
 			}
-			if got.Rank != c.want.Rank || got.Size != c.want.Size || got.LocalSize != c.want.LocalSize || got.Job != c.want.Job ||
+			if got.Rank != c.want.Rank || got.Size != c.want.Size || got.LocalSize != c.want.LocalSize || got.CPUs != c.want.CPUs || got.Job != c.want.Job ||
 				got.Root != c.want.Root || got.RendezvousTimeout != c.want.RendezvousTimeout {
-				t.Errorf("FromEnv: rank %d size %d local %d job %q root %q timeout %v\nwant rank %d size %d local %d job %q root %q timeout %v",
-					got.Rank, got.Size, got.LocalSize, got.Job, got.Root, got.RendezvousTimeout,
-					c.want.Rank, c.want.Size, c.want.LocalSize, c.want.Job, c.want.Root, c.want.RendezvousTimeout)
+				t.Errorf("FromEnv: rank %d size %d local %d cpus %d job %q root %q timeout %v\nwant rank %d size %d local %d cpus %d job %q root %q timeout %v",
+					got.Rank, got.Size, got.LocalSize, got.CPUs, got.Job, got.Root, got.RendezvousTimeout,
+					c.want.Rank, c.want.Size, c.want.LocalSize, c.want.CPUs, c.want.Job, c.want.Root, c.want.RendezvousTimeout)
 			}
 		})
 	}
