@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -46,6 +47,13 @@ type rvAnswer struct {
 
 // rvIOTimeout bounds reading one report and writing one answer.
 const rvIOTimeout = 10 * time.Second
+
+// maxReport bounds what rank 0 reads of a report (a job identity of a few hundred bytes
+// at most, an address), and maxAnswer what a rank reads of rank 0's answer: whatever a
+// stray or hostile client sends costs no more memory than that.
+const maxReport = 4 << 10
+
+func maxAnswer(size int) int64 { return 8<<10 + 64*int64(size) }
 
 // rendezvous is one rank's part in its job's rendezvous.
 type rendezvous struct {
@@ -214,7 +222,7 @@ func rvAccept(ctx context.Context, l net.Listener, arrivals chan<- rvArrival) {
 			var a rvArrival
 			a.c = c
 			c.SetReadDeadline(time.Now().Add(rvIOTimeout))
-			a.err = json.NewDecoder(c).Decode(&a.r)
+			a.err = json.NewDecoder(io.LimitReader(c, maxReport)).Decode(&a.r)
 			c.SetReadDeadline(time.Time{})
 			select {
 			case arrivals <- a:
@@ -268,7 +276,7 @@ func (rv *rendezvous) report(ctx context.Context) ([]netip.AddrPort, uint64, err
 		return nil, 0, fmt.Errorf("msg: rank %d: reporting to rank 0 at %s: %w", rv.rank, rv.root, err)
 	}
 	var a rvAnswer
-	if err := json.NewDecoder(c).Decode(&a); err != nil {
+	if err := json.NewDecoder(io.LimitReader(c, maxAnswer(rv.size))).Decode(&a); err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, fail(fmt.Sprintf("rank 0 at %s sent no address book (it waits for other ranks)", rv.root))
 		}

@@ -189,3 +189,23 @@ func TestRankList(t *testing.T) {
 		}
 	}
 }
+
+// A connection that sends a megabyte that is no report (read only to its bound) holds up
+// nobody: the rendezvous goes on.
+func TestRendezvousLongReport(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := freeRoot(t)
+	r0 := startRank(ctx, "j", 0, 2, root, time.Minute)
+	listening(t, ctx, root)
+	c, err := net.Dial("tcp", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go c.Write([]byte(`{"job":"` + strings.Repeat("x", 1<<20) + `"}`)) // blocks once rank 0 stops reading
+	r1 := <-startRank(ctx, "j", 1, 2, root, time.Minute)
+	if got := <-r0; got.err != nil || r1.err != nil {
+		t.Errorf("rank 0: %v; rank 1: %v", got.err, r1.err)
+	}
+}
