@@ -13,18 +13,20 @@
 // the test ends, the daemons, munged and every process of the cluster's jobs are
 // killed.
 //
-// The cluster needs root and Debian's slurm-wlm and munge packages (Slurm 22.05). The
-// environment variable SOFTRNIC_SLURM says when tests boot one:
+// The cluster needs root and Debian's slurm-wlm and munge packages (Slurm 22.05). Tests
+// boot one only when asked to, by the environment variable SOFTRNIC_SLURM:
 //
-//   - unset or "on": whenever this is possible; the test is skipped, saying why, when it
-//     is not (not root, Slurm or munge not installed);
+//   - "on": the test boots a cluster, or is skipped, saying why, when it cannot (not
+//     root, Slurm or munge not installed);
 //   - "require": as "on", but a test that cannot boot the cluster fails instead of
-//     skipping (CI sets this);
-//   - "off": never.
+//     skipping (CI's Slurm step sets this);
+//   - unset or "off": the test is skipped.
 //
-// Booting takes about a second (a test using a cluster takes one or two more), so tests
-// run by default wherever Slurm is installed; under -short they are skipped, unless
-// SOFTRNIC_SLURM=require.
+// A boot takes about a second and a cluster's stop a fraction of one (a package of a
+// few such tests, half a minute), which would be cheap in one run of go test ./...;
+// but CI runs the messaging tests several times over (as they are, on more receive
+// queues, under the race detector), and each test under Slurm would boot its cluster
+// in every pass. So they run in a CI step of their own.
 //
 // Only Linux has the cluster: on other systems the package is empty.
 package slurmtest
