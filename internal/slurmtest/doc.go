@@ -11,7 +11,8 @@
 // and has a range of ports for srun --resv-ports. Tests run srun, sbatch, squeue and
 // scancel through Cluster.Command, which gives them the cluster's configuration; when
 // the test ends, the daemons, munged and every process of the cluster's jobs are
-// killed.
+// killed. StartNodes boots a cluster of several nodes, all on this host: a slurmd for
+// each.
 //
 // The cluster needs root and Debian's slurm-wlm and munge packages (Slurm 22.05). Tests
 // boot one only when asked to, by the environment variable SOFTRNIC_SLURM:

@@ -47,21 +47,23 @@ type Cluster struct {
 	// Dir holds the cluster's configuration (slurm.conf), state, spool and logs; batch
 	// jobs submitted with Sbatch run here and write their output here.
 	Dir string
-	// Node is the node's name: this host's short name.
-	Node string
-	// CPUs is the node's CPU count as Slurm sees it.
+	// Nodes are the nodes' names: this host's short name for a cluster of one node
+	// (Start), node1, node2 ... for several (StartNodes).
+	Nodes []string
+	// CPUs is each node's CPU count as Slurm sees it: all of this host's.
 	CPUs int
-	// CtldPort and SlurmdPort are slurmctld's and slurmd's TCP ports.
-	CtldPort, SlurmdPort int
+	// CtldPort is slurmctld's TCP port, SlurmdPorts each node's slurmd's.
+	CtldPort    int
+	SlurmdPorts []int
 	// ResvPorts is the first port of the range (ResvPortCount ports) that srun reserves
 	// ports from (SLURM_STEP_RESV_PORTS).
 	ResvPorts int
 
-	t      testing.TB
-	conf   string
-	munged *daemon
-	ctld   *daemon
-	slurmd *daemon
+	t       testing.TB
+	conf    string
+	munged  *daemon
+	ctld    *daemon
+	slurmds []*daemon
 }
 
 // Available says why a cluster cannot run here, or nil: it needs root and the programs
@@ -90,10 +92,21 @@ func gate() error {
 	}
 }
 
-// Start boots a cluster for t and stops it when t ends. It skips t when the cluster
-// cannot run here (fails it instead under SOFTRNIC_SLURM=require), and fails t when the
-// boot fails, with the daemons' logs.
+// Start boots a one-node cluster for t and stops it when t ends. It skips t when the
+// cluster cannot run here (fails it instead under SOFTRNIC_SLURM=require), and fails t
+// when the boot fails, with the daemons' logs.
 func Start(t testing.TB) *Cluster {
+	t.Helper()
+	return StartNodes(t, 1)
+}
+
+// StartNodes boots a cluster of n nodes on this host, as Start does one: a slurmd for
+// each node (Debian's Slurm is built to run several on one host), all on 127.0.0.1 and
+// each with all of its CPUs. As the nodes share the host's ports, the same reserved
+// ports (SLURM_STEP_RESV_PORTS, which is per node) are given to tasks on different
+// nodes: a program must not assume that a port reserved for its node is free of other
+// nodes' tasks.
+func StartNodes(t testing.TB, n int) *Cluster {
 	t.Helper()
 	if err := gate(); err != nil {
 		if os.Getenv("SOFTRNIC_SLURM") == "require" {
@@ -101,15 +114,18 @@ func Start(t testing.TB) *Cluster {
 		}
 		t.Skip(err)
 	}
+	if n < 1 {
+		t.Fatalf("slurmtest: a cluster of %d nodes", n)
+	}
 	c := &Cluster{t: t, Dir: clusterDir(t)}
 	t.Cleanup(c.stop)
 	begin := time.Now()
-	if err := c.boot(); err != nil {
+	if err := c.boot(n); err != nil {
 		c.logTails()
 		t.Fatal(err)
 	}
-	t.Logf("slurmtest: node %s (%d CPUs) idle after %v; slurmctld port %d, slurmd port %d, reserved ports %d-%d; SLURM_CONF=%s",
-		c.Node, c.CPUs, time.Since(begin).Round(time.Millisecond), c.CtldPort, c.SlurmdPort,
+	t.Logf("slurmtest: nodes %s (%d CPUs each) idle after %v; slurmctld port %d, slurmd ports %v, reserved ports %d-%d; SLURM_CONF=%s",
+		strings.Join(c.Nodes, ","), c.CPUs, time.Since(begin).Round(time.Millisecond), c.CtldPort, c.SlurmdPorts,
 		c.ResvPorts, c.ResvPorts+ResvPortCount-1, c.conf)
 	return c
 }
@@ -142,7 +158,7 @@ func clusterDir(t testing.TB) string {
 	return dir
 }
 
-func (c *Cluster) boot() error {
+func (c *Cluster) boot(n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), bootLimit)
 	defer cancel()
 	for _, sub := range []string{"munge", "munge-key", "state", "spool", "log"} {
@@ -157,13 +173,24 @@ func (c *Cluster) boot() error {
 	if err != nil {
 		return err
 	}
-	c.Node, _, _ = strings.Cut(host, ".")
+	host, _, _ = strings.Cut(host, ".")
+	c.Nodes = []string{host}
+	if n > 1 {
+		c.Nodes = nil
+		for i := range n {
+			c.Nodes = append(c.Nodes, "node"+strconv.Itoa(i+1))
+		}
+	}
 	c.CPUs = nodeCPUs()
-	base, err := freePortBlock(2 + ResvPortCount)
+	base, err := freePortBlock(1 + n + ResvPortCount)
 	if err != nil {
 		return err
 	}
-	c.CtldPort, c.SlurmdPort, c.ResvPorts = base, base+1, base+2
+	c.CtldPort = base
+	for i := range n {
+		c.SlurmdPorts = append(c.SlurmdPorts, base+1+i)
+	}
+	c.ResvPorts = base + 1 + n
 
 	// MUNGE: a key of the cluster's own, and munged on a socket in Dir.
 	key := filepath.Join(c.Dir, "munge-key", "munge.key")
@@ -190,7 +217,7 @@ func (c *Cluster) boot() error {
 
 	// Slurm.
 	c.conf = filepath.Join(c.Dir, "slurm.conf")
-	if err := os.WriteFile(c.conf, []byte(c.slurmConf(sock)), 0o644); err != nil {
+	if err := os.WriteFile(c.conf, []byte(c.slurmConf(host, sock)), 0o644); err != nil {
 		return err
 	}
 	// An empty plugin stack, rather than the system's /etc/slurm/plugstack.conf.d.
@@ -200,34 +227,57 @@ func (c *Cluster) boot() error {
 	if c.ctld, err = c.startDaemon("slurmctld", "slurmctld", "-D"); err != nil {
 		return err
 	}
-	if c.slurmd, err = c.startDaemon("slurmd", "slurmd", "-D"); err != nil {
-		return err
+	for _, node := range c.Nodes {
+		if err := os.Mkdir(filepath.Join(c.Dir, "spool", node), 0o755); err != nil {
+			return err
+		}
+		d, err := c.startDaemon("slurmd-"+node, "slurmd", "-D", "-N", node)
+		if err != nil {
+			return err
+		}
+		c.slurmds = append(c.slurmds, d)
 	}
-	return c.await(ctx, "node "+c.Node+" idle", func() bool {
+	want := strings.Repeat("idle\n", n)
+	return c.await(ctx, "nodes "+strings.Join(c.Nodes, ",")+" idle", func() bool {
 		out, err := c.Command(ctx, "sinfo", "--noheader", "--Node", "--format=%T").Output()
-		return err == nil && strings.TrimSpace(string(out)) == "idle"
-	}, c.ctld, c.slurmd)
+		return err == nil && string(out) == want
+	}, c.daemons()...)
 }
 
-// slurmConf is the cluster's slurm.conf, for MUNGE on socket sock.
-func (c *Cluster) slurmConf(sock string) string {
+// daemons are the cluster's daemons that have started.
+func (c *Cluster) daemons() []*daemon {
+	var ds []*daemon
+	for _, d := range append([]*daemon{c.munged, c.ctld}, c.slurmds...) {
+		if d != nil {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// slurmConf is the cluster's slurm.conf, for this host (host) and MUNGE on socket sock.
+func (c *Cluster) slurmConf(host, sock string) string {
 	d := c.Dir
+	var nodes strings.Builder
+	for i, node := range c.Nodes {
+		fmt.Fprintf(&nodes, "NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d State=UNKNOWN\n",
+			node, host, c.SlurmdPorts[i], c.CPUs)
+	}
 	return fmt.Sprintf(`# A one-node cluster for tests (internal/slurmtest).
 ClusterName=slurmtest
 SlurmctldHost=%[2]s(127.0.0.1)
 SlurmctldPort=%[3]d
-SlurmdPort=%[4]d
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=%[5]s
 CredType=cred/munge
 StateSaveLocation=%[1]s/state
-SlurmdSpoolDir=%[1]s/spool
+SlurmdSpoolDir=%[1]s/spool/%%n
 SlurmctldPidFile=%[1]s/slurmctld.pid
-SlurmdPidFile=%[1]s/slurmd.pid
+SlurmdPidFile=%[1]s/slurmd-%%n.pid
 SlurmctldLogFile=%[1]s/log/slurmctld.log
-SlurmdLogFile=%[1]s/log/slurmd.log
+SlurmdLogFile=%[1]s/log/slurmd-%%n.log
 PlugStackConfig=%[1]s/plugstack.conf
 MailProg=/bin/true
 # No cgroups: processes tracked through /proc, tasks not bound, no accounting.
@@ -248,9 +298,8 @@ SchedulerType=sched/builtin
 SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 KillWait=2
-NodeName=%[2]s NodeAddr=127.0.0.1 CPUs=%[8]d State=UNKNOWN
-PartitionName=test Nodes=%[2]s Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-`, d, c.Node, c.CtldPort, c.SlurmdPort, sock, c.ResvPorts, c.ResvPorts+ResvPortCount-1, c.CPUs)
+%[4]sPartitionName=test Nodes=%[8]s Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+`, d, host, c.CtldPort, nodes.String(), sock, c.ResvPorts, c.ResvPorts+ResvPortCount-1, strings.Join(c.Nodes, ","))
 }
 
 // nodeCPUs is the CPU count slurmd -C reports, else runtime.NumCPU.
@@ -405,7 +454,7 @@ func (c *Cluster) WaitJob(ctx context.Context, id string) (Job, error) {
 	werr := c.await(ctx, "job "+id+" to end", func() bool {
 		j, err = c.ShowJob(ctx, id)
 		return err != nil || j.Ended()
-	}, c.ctld, c.slurmd)
+	}, c.daemons()...)
 	if werr != nil {
 		return j, fmt.Errorf("%w (last state %s)", werr, j.State)
 	}
@@ -477,7 +526,9 @@ func (c *Cluster) stop() {
 	if c.t.Failed() {
 		c.logTails()
 	}
-	c.slurmd.stop()
+	for _, d := range c.slurmds {
+		d.stop()
+	}
 	c.ctld.stop()
 	if c.conf != "" {
 		if err := killByEnv("SLURM_CONF=" + c.conf); err != nil {

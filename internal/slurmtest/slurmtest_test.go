@@ -162,7 +162,7 @@ func TestSrun(t *testing.T) {
 		"SLURM_PROCID": "%d", "SLURM_LOCALID": "%d", "SLURM_NODEID": "0",
 		"SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2",
 		"SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NTASKS_PER_NODE": "",
-		"SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NODELIST": c.Node,
+		"SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NODELIST": c.Nodes[0],
 		"PMI_RANK": "", "PMI_SIZE": "", "PMI_FD": "", "PMI_JOBID": "", "PMIX_NAMESPACE": "",
 	})
 	sameInAll(t, tasks, "SLURM_JOB_ID")
@@ -375,7 +375,7 @@ func TestStopKillsJobs(t *testing.T) {
 			out, _ := c.JobOutput(id)
 			return strings.Contains(out, "started")
 		}
-		if err := c.await(ctx, "job "+id+"'s step", ready, c.ctld, c.slurmd); err != nil {
+		if err := c.await(ctx, "job "+id+"'s step", ready, c.daemons()...); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -406,4 +406,31 @@ func withEnv(t *testing.T, kv string) []int {
 		}
 	}
 	return pids
+}
+
+func TestStartNodes(t *testing.T) {
+	c := StartNodes(t, 2)
+	// Two tasks a node, block distribution: tasks 0, 1 on node1, tasks 2, 3 on node2.
+	for _, mpi := range []string{"none", "pmi2"} {
+		tasks := srunEnv(t, c, "-N", "2", "-n", "4", "--mpi="+mpi)
+		logWatched(t, "srun -N 2 -n 4 --mpi="+mpi+" env", tasks)
+		vars := map[string]string{
+			"SLURM_PROCID": "%d", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4",
+			"SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NODELIST": "node[1-2]",
+		}
+		if mpi == "pmi2" {
+			vars["PMI_RANK"], vars["PMI_SIZE"] = "%d", "4"
+		}
+		want(t, tasks, 4, vars)
+		// Ports are reserved per node, and the nodes share this host: tasks on both
+		// nodes get the same ones.
+		sameInAll(t, tasks, "SLURM_STEP_RESV_PORTS")
+		for r, env := range tasks {
+			node, local := strconv.Itoa(r/2), strconv.Itoa(r%2)
+			if env["SLURM_NODEID"] != node || env["SLURM_LOCALID"] != local || env["SLURMD_NODENAME"] != c.Nodes[r/2] {
+				t.Errorf("task %d: SLURM_NODEID=%s SLURM_LOCALID=%s SLURMD_NODENAME=%s, want %s, %s, %s",
+					r, env["SLURM_NODEID"], env["SLURM_LOCALID"], env["SLURMD_NODENAME"], node, local, c.Nodes[r/2])
+			}
+		}
+	}
 }
