@@ -1,6 +1,6 @@
-// Package slurmtest boots a private one-node Slurm cluster for tests, so that a program
-// can be tested under Slurm's real launchers: srun (plain, with --mpi=pmi2, with
-// --resv-ports) and sbatch.
+// Package slurmtest boots a private Slurm cluster (one node, or several on this host) for
+// tests, so that a program can be tested under Slurm's real launchers: srun (plain, with
+// --mpi=pmi2, with --resv-ports) and sbatch.
 //
 // Start builds the cluster from scratch in a temporary directory: a MUNGE key and a
 // munged listening on a socket of its own there (so it does not meet the system's
@@ -28,6 +28,19 @@
 // but CI runs the messaging tests several times over (as they are, on more receive
 // queues, under the race detector), and each test under Slurm would boot its cluster
 // in every pass. So they run in a CI step of their own.
+//
+// What the launchers tell a task, as the package's tests check on Slurm 22.05: every
+// task of an srun step has SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS,
+// SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE, SLURM_JOB_ID, SLURM_STEP_ID (and its
+// older name SLURM_STEPID) and SLURM_STEP_NODELIST, plus, with this cluster's port
+// range, SLURM_STEP_RESV_PORTS (tasks-per-node + 1 ports, or --resv-ports=N of them; a
+// bare --resv-ports reserves none). SLURM_NTASKS_PER_NODE is set only when asked for
+// (--ntasks-per-node). With --mpi=pmi2 a task also has PMI_RANK, PMI_SIZE, PMI_FD and
+// PMI_JOBID (job ID.step ID); PMIX_NAMESPACE never (no PMIx library). A batch script,
+// outside any srun step, has SLURM_JOB_ID, SLURM_NTASKS and SLURM_PROCID=0 too, but no
+// SLURM_STEP_ID: a program run there directly must not take itself for task 0 of a job
+// of SLURM_NTASKS tasks. srun -K ends every task (SIGTERM) when one exits non-zero;
+// without it the others run on, and srun exits with the highest status.
 //
 // Only Linux has the cluster: on other systems the package is empty.
 package slurmtest
