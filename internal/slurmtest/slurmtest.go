@@ -158,6 +158,8 @@ func clusterDir(t testing.TB) string {
 	return dir
 }
 
+// boot starts munged, slurmctld and a slurmd for each of n nodes, and waits until every
+// node is idle.
 func (c *Cluster) boot(n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), bootLimit)
 	defer cancel()
@@ -376,15 +378,27 @@ func (c *Cluster) Env() []string {
 // enclosing job, plus Env; run in Dir.
 func (c *Cluster) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLURM_") && !strings.HasPrefix(kv, "PMI_") && !strings.HasPrefix(kv, "PMIX_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, c.Env()...)
+	cmd.Env = c.environ()
 	cmd.Dir = c.Dir
 	cmd.WaitDelay = stopLimit
 	return cmd
+}
+
+// environ is the environment of the cluster's programs: this process's, without the
+// Slurm and PMI variables it may have from an enclosing job, plus Env once the
+// configuration is written (munged, started before, has no use for it; and a process
+// with SLURM_CONF is one of the cluster's, that stop kills).
+func (c *Cluster) environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLURM_") && !strings.HasPrefix(kv, "PMI_") && !strings.HasPrefix(kv, "PMIX_") {
+			env = append(env, kv)
+		}
+	}
+	if c.conf != "" {
+		env = append(env, c.Env()...)
+	}
+	return env
 }
 
 // Sbatch submits a batch job (sbatch args...) and returns its ID. The job runs in Dir;
@@ -493,7 +507,7 @@ func (c *Cluster) startDaemon(name, prog string, args ...string) (*daemon, error
 	}
 	defer f.Close()
 	d.cmd = exec.Command(prog, args...)
-	d.cmd.Env = append(os.Environ(), "SLURM_CONF="+filepath.Join(c.Dir, "slurm.conf"))
+	d.cmd.Env = c.environ()
 	d.cmd.Dir = c.Dir
 	d.cmd.Stdout, d.cmd.Stderr = f, f
 	if err := startWithParentDeath(d.cmd); err != nil {
