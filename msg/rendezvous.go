@@ -244,11 +244,15 @@ func (rv *rendezvous) report(ctx context.Context) ([]netip.AddrPort, uint64, err
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, rv.timeout)
 	defer cancel()
-	fail := func(what string) error {
-		if err := parent.Err(); err != nil {
-			return fmt.Errorf("msg: rank %d: %s: %w", rv.rank, what, err)
+	// fail says what did not happen in time, and why it may not have (hint, or "").
+	fail := func(what, hint string) error {
+		if hint != "" {
+			hint = " (" + hint + ")"
 		}
-		return fmt.Errorf("msg: rank %d: %s within %v: %w", rv.rank, what, rv.timeout, context.DeadlineExceeded)
+		if err := parent.Err(); err != nil {
+			return fmt.Errorf("msg: rank %d: %s%s: %w", rv.rank, what, hint, err)
+		}
+		return fmt.Errorf("msg: rank %d: %s within %v%s: %w", rv.rank, what, rv.timeout, hint, context.DeadlineExceeded)
 	}
 	var c net.Conn
 	var d net.Dialer
@@ -262,7 +266,7 @@ func (rv *rendezvous) report(ctx context.Context) ([]netip.AddrPort, uint64, err
 		retry.Reset(20 * time.Millisecond) // rank 0 may not be listening yet
 		select {
 		case <-ctx.Done():
-			return nil, 0, fail(fmt.Sprintf("rank 0's rendezvous at %s did not answer (is rank 0 running, with the same SOFTRNIC_ROOT?)", rv.root))
+			return nil, 0, fail(fmt.Sprintf("rank 0's rendezvous at %s did not answer", rv.root), "is rank 0 running, with the same SOFTRNIC_ROOT?")
 		case <-retry.C:
 		}
 	}
@@ -271,14 +275,14 @@ func (rv *rendezvous) report(ctx context.Context) ([]netip.AddrPort, uint64, err
 	defer stop()
 	if err := json.NewEncoder(c).Encode(rvReport{Rank: rv.rank, Size: rv.size, Job: rv.job, Dev: rv.dev.String()}); err != nil {
 		if ctx.Err() != nil {
-			return nil, 0, fail(fmt.Sprintf("reporting to rank 0 at %s", rv.root))
+			return nil, 0, fail(fmt.Sprintf("reporting to rank 0 at %s", rv.root), "")
 		}
 		return nil, 0, fmt.Errorf("msg: rank %d: reporting to rank 0 at %s: %w", rv.rank, rv.root, err)
 	}
 	var a rvAnswer
 	if err := json.NewDecoder(io.LimitReader(c, maxAnswer(rv.size))).Decode(&a); err != nil {
 		if ctx.Err() != nil {
-			return nil, 0, fail(fmt.Sprintf("rank 0 at %s sent no address book (it waits for other ranks)", rv.root))
+			return nil, 0, fail(fmt.Sprintf("rank 0 at %s sent no address book", rv.root), "it waits for other ranks")
 		}
 		return nil, 0, fmt.Errorf("msg: rank %d: reading rank 0's answer from %s: %w", rv.rank, rv.root, err)
 	}
