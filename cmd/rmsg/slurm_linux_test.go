@@ -9,6 +9,9 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,4 +215,56 @@ func TestSrunMissingRank0(t *testing.T) {
 	if n := strings.Count(out, "did not answer"); n != 2 {
 		t.Errorf("%d ranks said rank 0 did not answer, want 2", n)
 	}
+}
+
+// BenchmarkSrunBandwidth measures what a rank's share of the CPUs is worth under plain
+// srun: `srun -n 2 rmsg bw -s 1M` as msg sets it up (each rank's GOMAXPROCS its share of
+// the node, from SLURM_STEP_TASKS_PER_NODE) against the same with GOMAXPROCS set to every
+// CPU (what a rank took when only SLURM_NTASKS_PER_NODE was read), the two interleaved,
+// one pair per iteration; it reports each one's median MB/s and their ratio.
+//
+//	SOFTRNIC_SLURM=on go test -run '^$' -bench SrunBandwidth -benchtime 5x ./cmd/rmsg/
+func BenchmarkSrunBandwidth(b *testing.B) {
+	c := slurmtest.Start(b)
+	bin := filepath.Join(b.TempDir(), "rmsg")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	bw := func(env ...string) float64 {
+		cmd := c.Command(ctx, "srun", "-n", "2", "-K", bin, "bw", "-s", "1048576", "--json")
+		cmd.Env = append(cmd.Env, append(env, "SOFTRNIC_ROOT=127.0.0.1")...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("srun rmsg bw: %v\n%s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			var r struct {
+				MBps float64 `json:"mb_per_s"`
+			}
+			if json.Unmarshal([]byte(line), &r) == nil && r.MBps > 0 {
+				return r.MBps
+			}
+		}
+		b.Fatalf("no bandwidth in:\n%s", out)
+		return 0
+	}
+	var share, all []float64
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			share, all = append(share, bw()), append(all, bw("GOMAXPROCS="+strconv.Itoa(runtime.NumCPU())))
+		} else {
+			all, share = append(all, bw("GOMAXPROCS="+strconv.Itoa(runtime.NumCPU()))), append(share, bw())
+		}
+	}
+	b.ReportMetric(median(share), "MB/s-share")
+	b.ReportMetric(median(all), "MB/s-allcpus")
+	b.ReportMetric(median(share)/median(all), "ratio")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
