@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -468,9 +469,16 @@ func TestSIDRBacklogAndClose(t *testing.T) {
 		_, err := l2.Accept(context.Background())
 		errs <- err
 	}()
+	// To a socket that answers nothing (not even with ICMP port unreachable, as a closed
+	// port would, which fails the resolution before the close): the request waits.
+	sink, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 99)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
 	go func() {
-		// To an address where no device answers.
-		_, err := ResolveUD(context.Background(), dev, netip.MustParseAddrPort("127.0.0.99:7174"), &ResolveParams{ResponseTimeout: time.Hour})
+		_, err := ResolveUD(context.Background(), dev, netip.MustParseAddrPort("127.0.0.99:7174"),
+			&ResolveParams{ResponseTimeout: time.Hour, DevicePort: uint16(sink.LocalAddr().(*net.UDPAddr).Port)})
 		errs <- err
 	}()
 	verbstest.WaitUntil(t, "the request sent", func() bool { return DeviceSIDRCounters(dev).REQSent == 1 })
