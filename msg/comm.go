@@ -39,7 +39,9 @@ type Comm struct {
 	rank int
 	size int
 	job  uint64
-	book []netip.AddrPort
+	// rvStop ends rank 0's rendezvous, which refuses late reports until Close.
+	rvStop func()
+	book   []netip.AddrPort
 
 	dev *verbs.Device
 	pd  *verbs.PD
@@ -159,7 +161,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 		return fail(err)
 	}
 	rv := &rendezvous{rank: cfg.Rank, size: cfg.Size, job: cfg.Job, root: cfg.Root, dev: dev.Addr(), timeout: cfg.RendezvousTimeout}
-	if c.book, c.job, err = rv.exchange(ctx, job); err != nil {
+	if c.book, c.job, c.rvStop, err = rv.exchange(ctx, job); err != nil {
 		return fail(err)
 	}
 	c.pool.init(c)
@@ -240,6 +242,7 @@ func (c *Comm) CloseContext(ctx context.Context) error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.rvStop()
 	c.pmu.Lock()
 	c.runOps() // handed over before Close: nothing is added now
 	c.stopping = true

@@ -50,6 +50,7 @@
 // their devices only. Rank 0 refuses at once, saying why, a rank of another job (two jobs
 // given one SOFTRNIC_ROOT), of a job of another size, or a rank it has heard from
 // already: that rank's Init fails with ErrRefused, and rank 0 goes on waiting for its own.
+// Rank 0 keeps the rendezvous open until Close, refusing every later report the same way.
 // The rendezvous ends within Config.RendezvousTimeout: a rank whose rank 0 never answers
 // fails saying so, and a rank 0 whose ranks do not all come fails naming the missing
 // ones, and tells the ranks that came.

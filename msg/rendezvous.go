@@ -70,16 +70,20 @@ type rendezvous struct {
 }
 
 // exchange runs the rendezvous and returns the address book and the wire ID (rank 0's
-// wire, which it offers, or the one rank 0 sends).
-func (rv *rendezvous) exchange(ctx context.Context, wire uint64) ([]netip.AddrPort, uint64, error) {
+// wire, which it offers, or the one rank 0 sends). On rank 0 the rendezvous stays open
+// until stop is called (the rank's Close), refusing every report that comes after its
+// ranks have all come; stop is a no-op elsewhere.
+func (rv *rendezvous) exchange(ctx context.Context, wire uint64) (book []netip.AddrPort, _ uint64, stop func(), err error) {
+	stop = func() {}
 	if rv.size == 1 {
-		return []netip.AddrPort{rv.dev}, wire, nil
+		return []netip.AddrPort{rv.dev}, wire, stop, nil
 	}
 	if rv.rank == 0 {
-		book, err := rv.serve(ctx, wire)
-		return book, wire, err
+		book, stop, err = rv.serve(ctx, wire)
+		return book, wire, stop, err
 	}
-	return rv.report(ctx)
+	book, wire, err = rv.report(ctx)
+	return book, wire, stop, err
 }
 
 // rvArrival is a report read from a connection (or why it could not be read).
@@ -89,8 +93,10 @@ type rvArrival struct {
 	err error
 }
 
-// serve is rank 0's part: wait for every other rank's report, then answer all.
-func (rv *rendezvous) serve(ctx context.Context, wire uint64) ([]netip.AddrPort, error) {
+// serve is rank 0's part: wait for every other rank's report, then answer all. Once it
+// has, it goes on refusing reports (a rank of another job given the same root, which
+// would otherwise wait for its deadline or find the connection closed) until stop.
+func (rv *rendezvous) serve(ctx context.Context, wire uint64) (_ []netip.AddrPort, stop func(), _ error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", rv.root)
 	if err != nil {
@@ -98,19 +104,26 @@ func (rv *rendezvous) serve(ctx context.Context, wire uint64) ([]netip.AddrPort,
 		if errors.Is(err, syscall.EADDRINUSE) {
 			hint = " (another program, perhaps another job's rank 0, serves that port: give each job its own SOFTRNIC_ROOT port, or a host alone to take one from the job's identity)"
 		}
-		return nil, fmt.Errorf("msg: rank 0 serving the rendezvous on %s: %w%s", rv.root, err, hint)
+		return nil, nil, fmt.Errorf("msg: rank 0 serving the rendezvous on %s: %w%s", rv.root, err, hint)
 	}
-	defer l.Close()
 	expire := rv.expire
 	if expire == nil {
 		t := time.NewTimer(rv.timeout)
 		defer t.Stop()
 		expire = t.C
 	}
-	ctx, cancel := context.WithCancel(ctx) // ends the accept loop
-	defer cancel()
+	// The accept loop outlives Init's context when the rendezvous succeeds: it ends with
+	// stop, or here when the rendezvous fails.
+	open, cancel := context.WithCancel(context.Background())
+	end := func() { cancel(); l.Close() } // the port is free when end returns
+	succeeded := false
+	defer func() {
+		if !succeeded {
+			end()
+		}
+	}()
 	arrivals := make(chan rvArrival)
-	go rvAccept(ctx, l, arrivals)
+	go rvAccept(open, l, arrivals)
 
 	book := make([]netip.AddrPort, rv.size)
 	book[0] = rv.dev
@@ -144,10 +157,10 @@ func (rv *rendezvous) serve(ctx context.Context, wire uint64) ([]netip.AddrPort,
 			}
 		case <-expire:
 			why := fmt.Sprintf("%s of %d never reported within %v", rankList(missing(conns)), rv.size, rv.timeout)
-			return nil, rv.fail(conns, refused, why, fmt.Errorf("msg: rank 0: the rendezvous at %s: %s: %w", rv.root, why, context.DeadlineExceeded))
+			return nil, nil, rv.fail(conns, refused, why, fmt.Errorf("msg: rank 0: the rendezvous at %s: %s: %w", rv.root, why, context.DeadlineExceeded))
 		case <-ctx.Done():
 			why := fmt.Sprintf("%s of %d had not reported when rank 0 was cancelled", rankList(missing(conns)), rv.size)
-			return nil, rv.fail(conns, refused, why, fmt.Errorf("msg: rank 0: the rendezvous at %s: %w (%s)", rv.root, ctx.Err(), why))
+			return nil, nil, rv.fail(conns, refused, why, fmt.Errorf("msg: rank 0: the rendezvous at %s: %w (%s)", rv.root, ctx.Err(), why))
 		}
 	}
 	answer := rvAnswer{Book: make([]string, rv.size), Wire: wire}
@@ -156,10 +169,28 @@ func (rv *rendezvous) serve(ctx context.Context, wire uint64) ([]netip.AddrPort,
 	}
 	for r, c := range conns[1:] {
 		if err := rvAnswerTo(c, answer); err != nil {
-			return nil, fmt.Errorf("msg: rank 0: the rendezvous at %s: sending rank %d the address book: %w", rv.root, r+1, err)
+			return nil, nil, fmt.Errorf("msg: rank 0: the rendezvous at %s: sending rank %d the address book: %w", rv.root, r+1, err)
 		}
 	}
-	return book, nil
+	succeeded = true
+	go rv.refuseLate(open, arrivals)
+	return book, end, nil
+}
+
+// refuseLate answers every report that arrives after the rendezvous, until open ends.
+func (rv *rendezvous) refuseLate(open context.Context, arrivals <-chan rvArrival) {
+	for {
+		select {
+		case a := <-arrivals:
+			if a.err == nil {
+				rvAnswerTo(a.c, rvAnswer{Refused: fmt.Sprintf("rank 0 at %s serves job %q, whose %d ranks have all come (rank %d of job %q is not one of them)",
+					rv.root, rv.job, rv.size, a.r.Rank, a.r.Job)})
+			}
+			a.c.Close()
+		case <-open.Done():
+			return
+		}
+	}
 }
 
 // missing lists the ranks (but 0) that have no connection in conns.
@@ -211,8 +242,7 @@ func (rv *rendezvous) check(r rvReport, conns []net.Conn) (why string, dev netip
 // goroutine of its own (a silent connection holds up no other), and hands the reports to
 // arrivals while ctx lasts.
 func rvAccept(ctx context.Context, l net.Listener, arrivals chan<- rvArrival) {
-	stop := context.AfterFunc(ctx, func() { l.Close() })
-	defer stop()
+	context.AfterFunc(ctx, func() { l.Close() })
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -284,7 +314,7 @@ func (rv *rendezvous) report(ctx context.Context) ([]netip.AddrPort, uint64, err
 		if ctx.Err() != nil {
 			return nil, 0, fail(fmt.Sprintf("rank 0 at %s sent no address book", rv.root), "it waits for other ranks")
 		}
-		return nil, 0, fmt.Errorf("msg: rank %d: reading rank 0's answer from %s: %w", rv.rank, rv.root, err)
+		return nil, 0, fmt.Errorf("msg: rank %d: rank 0 at %s closed the rendezvous without answering (its job ended?): %w", rv.rank, rv.root, err)
 	}
 	switch {
 	case a.Refused != "":

@@ -26,6 +26,7 @@ type rvResult struct {
 	rank int
 	book []netip.AddrPort
 	wire uint64
+	stop func() // ends rank 0's rendezvous
 	err  error
 }
 
@@ -39,8 +40,8 @@ func startRank(ctx context.Context, job string, rank, size int, root string, tim
 		f(rv)
 	}
 	go func() {
-		book, wire, err := rv.exchange(ctx, 1000+uint64(rank))
-		out <- rvResult{rank, book, wire, err}
+		book, wire, stop, err := rv.exchange(ctx, 1000+uint64(rank))
+		out <- rvResult{rank, book, wire, stop, err}
 	}()
 	return out
 }
@@ -90,6 +91,23 @@ func TestRendezvousTwoJobsOneRoot(t *testing.T) {
 			t.Errorf("job A's rank %d: book %v wire %d", r.rank, r.book, r.wire)
 		}
 	}
+	// Job A's rank 0 refuses a late rank until its Close (stop), which frees the port.
+	late := <-startRank(ctx, "51.0", 1, 2, root, time.Minute)
+	if !errors.Is(late.err, ErrRefused) || !strings.Contains(late.err.Error(), `serves job "50.0", whose 2 ranks have all come`) {
+		t.Errorf("a late rank of job B: %v, want ErrRefused", late.err)
+	}
+	r0.stop()
+	b0 = <-startRank(ctx, "51.0", 0, 2, root, time.Minute, func(rv *rendezvous) { rv.expire = closedTimer() })
+	if !errors.Is(b0.err, context.DeadlineExceeded) {
+		t.Errorf("job B's rank 0 once job A's closed: %v, want it to serve (and time out alone)", b0.err)
+	}
+}
+
+// closedTimer is a rendezvous timer that has expired.
+func closedTimer() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
 }
 
 // Rank 0 refuses, with the reason, a rank of a job of another size, a rank the job does
@@ -134,6 +152,7 @@ func TestRendezvousRefuses(t *testing.T) {
 		if r.err != nil || len(r.book) != 3 {
 			t.Errorf("rank %d: book %v, %v", r.rank, r.book, r.err)
 		}
+		r.stop()
 	}
 }
 
@@ -205,7 +224,9 @@ func TestRendezvousLongReport(t *testing.T) {
 	defer c.Close()
 	go c.Write([]byte(`{"job":"` + strings.Repeat("x", 1<<20) + `"}`)) // blocks once rank 0 stops reading
 	r1 := <-startRank(ctx, "j", 1, 2, root, time.Minute)
-	if got := <-r0; got.err != nil || r1.err != nil {
-		t.Errorf("rank 0: %v; rank 1: %v", got.err, r1.err)
+	got := <-r0
+	if got.err != nil || r1.err != nil {
+		t.Fatalf("rank 0: %v; rank 1: %v", got.err, r1.err)
 	}
+	got.stop()
 }
