@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // pickAccel returns QEMU's accelerator and CPU model. "auto" probes once per kernel
@@ -72,7 +74,7 @@ func probeKVM(ctx context.Context, kver, cpu string) (ok, retry bool) {
 	if err != nil {
 		return false, false
 	}
-	if err := startWithParentDeath(cmd); err != nil {
+	if err := testutil.StartWithParentDeath(cmd); err != nil {
 		return false, false
 	}
 	sc := bufio.NewScanner(out)

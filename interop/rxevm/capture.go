@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // Capture is a tcpdump running on the VM's bridge (see VM.Capture).
@@ -44,7 +46,7 @@ func (v *VM) Capture(ctx context.Context, path string, filter ...string) (*Captu
 	if err != nil {
 		return nil, err
 	}
-	if err := startWithParentDeath(cmd); err != nil {
+	if err := testutil.StartWithParentDeath(cmd); err != nil {
 		return nil, fmt.Errorf("rxevm: tcpdump: %w", err)
 	}
 	c := &Capture{vm: v, cmd: cmd, path: path, done: make(chan struct{})}

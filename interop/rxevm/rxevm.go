@@ -59,6 +59,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // DefaultName is the default Config.Name: the network namespace and work subdirectory.
@@ -680,7 +682,7 @@ func (v *VM) startQEMU(args []string) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// own process group: a terminal's Ctrl-C reaches the test process, which closes the VM
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := startWithParentDeath(cmd); err != nil {
+	if err := testutil.StartWithParentDeath(cmd); err != nil {
 		logf.Close()
 		close(v.qdone)
 		return fmt.Errorf("rxevm: starting QEMU: %w", err)

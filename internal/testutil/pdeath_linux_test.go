@@ -1,9 +1,6 @@
-//go:build linux
-
-package rxevm
+package testutil
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -15,16 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestChildOutlivesTheThreadThatAsked: a host command started by a goroutine whose
-// thread then ends (as InNamespace's threads do) keeps running; it ends by the signal
-// the test sends, not by its parent-death SIGKILL.
+// TestChildOutlivesTheThreadThatAsked: a child started by a goroutine whose thread then
+// ends keeps running; it ends by the signal the test sends, not by its parent-death
+// SIGKILL.
 func TestChildOutlivesTheThreadThatAsked(t *testing.T) {
 	if _, err := exec.LookPath("sleep"); err != nil {
 		t.Skip("no sleep(1)")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := hostCommand(ctx, "sleep", "600")
+	cmd := exec.Command("sleep", "600")
 	type started struct {
 		tid int
 		err error
@@ -43,7 +38,7 @@ func TestChildOutlivesTheThreadThatAsked(t *testing.T) {
 				runtime.UnlockOSThread()
 				return
 			}
-			c <- started{unix.Gettid(), cmd.Start()}
+			c <- started{unix.Gettid(), StartWithParentDeath(cmd)}
 		}()
 		s = <-c
 	}
