@@ -12,7 +12,10 @@
 // scancel through Cluster.Command, which gives them the cluster's configuration; when
 // the test ends, the daemons, munged and every process of the cluster's jobs are
 // killed. StartNodes boots a cluster of several nodes, all on this host: a slurmd for
-// each.
+// each. StartNetNodes boots several nodes that are nodes of a network: each node's
+// slurmd, and its tasks, in a network namespace of its own with its own address
+// (10.78.0.i), on a bridge that the cluster adds to this host (10.78.0.254); one such
+// cluster at a time on a host (a file lock serializes them).
 //
 // The cluster needs root and Debian's slurm-wlm and munge packages (Slurm 22.05). Tests
 // boot one only when asked to, by the environment variable SOFTRNIC_SLURM:

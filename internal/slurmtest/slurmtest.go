@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,14 +43,22 @@ var (
 	clients = []string{"srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel"}
 )
 
-// Cluster is a running one-node Slurm cluster, private to one test.
+// Cluster is a running Slurm cluster, private to one test.
 type Cluster struct {
 	// Dir holds the cluster's configuration (slurm.conf), state, spool and logs; batch
 	// jobs submitted with Sbatch run here and write their output here.
 	Dir string
 	// Nodes are the nodes' names: this host's short name for a cluster of one node
-	// (Start), node1, node2 ... for several (StartNodes).
+	// (Start), node1, node2 ... for several (StartNodes, StartNetNodes).
 	Nodes []string
+	// NodeAddrs are the nodes' addresses (slurm.conf's NodeAddr): 127.0.0.1 for every
+	// node on this host's network, 10.78.0.1, 10.78.0.2 ... for nodes of their own
+	// (StartNetNodes). CtldAddr is slurmctld's: 127.0.0.1, or 10.78.0.254.
+	NodeAddrs []netip.Addr
+	CtldAddr  netip.Addr
+	// Namespaces are the nodes' network namespaces (for ip netns exec) when they have
+	// their own (StartNetNodes), else nil.
+	Namespaces []string
 	// CPUs is each node's CPU count as Slurm sees it: all of this host's.
 	CPUs int
 	// CtldPort is slurmctld's TCP port, SlurmdPorts each node's slurmd's.
@@ -60,6 +69,7 @@ type Cluster struct {
 	ResvPorts int
 
 	t       testing.TB
+	net     nodeNetwork
 	conf    string
 	munged  *daemon
 	ctld    *daemon
@@ -108,26 +118,83 @@ func Start(t testing.TB) *Cluster {
 // nodes' tasks.
 func StartNodes(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return start(t, n, hostNetwork{})
+}
+
+// StartNetNodes boots a cluster of n nodes that are nodes of a network, as StartNodes
+// does on this host's: each node's slurmd, and so every task it starts, runs in a
+// network namespace of its own (Namespaces), which has its loopback and the address
+// 10.78.0.i/24 for node i (NodeAddrs) on a veth pair to a bridge that the cluster adds
+// to this host, where slurmctld, srun and sbatch reach the nodes from 10.78.0.254. The
+// nodes share everything else with this host: files (MUNGE's socket, the cluster's
+// directory), processes, host name (whose address, 127.0.0.1 here, is each node's own
+// loopback inside its namespace). Nothing is sent beyond the subnet: it has no route out,
+// and IPv6 is off on its links.
+//
+// There is one such subnet on a host, so one such cluster at a time: a cluster's
+// process holds a lock on a file in /run/lock while its network exists, and a second
+// cluster, in this test process or another, waits until the first has stopped (a test
+// must not boot two at once). The namespaces and links are named after the test
+// process (slurmtest-<pid>-node<i>, stnbr<pid>, stn<pid>-<i>) and removed when the test
+// ends, pass or fail; those that a killed test process left are removed by the next
+// cluster to take the subnet.
+//
+// It needs iproute2's ip, and a kernel with network namespaces, veth and bridge links;
+// the test is skipped (failed under SOFTRNIC_SLURM=require) where they are missing.
+func StartNetNodes(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return start(t, n, &bridgedNetwork{})
+}
+
+// start boots a cluster of n nodes placed on nn.
+func start(t testing.TB, n int, nn nodeNetwork) *Cluster {
+	t.Helper()
 	if err := gate(); err != nil {
-		if os.Getenv("SOFTRNIC_SLURM") == "require" {
-			t.Fatalf("SOFTRNIC_SLURM=require: %v", err)
-		}
-		t.Skip(err)
+		skipUnlessRequired(t, err)
+	}
+	if err := nn.available(); err != nil {
+		skipUnlessRequired(t, err)
 	}
 	if n < 1 {
 		t.Fatalf("slurmtest: a cluster of %d nodes", n)
 	}
-	c := &Cluster{t: t, Dir: clusterDir(t)}
-	t.Cleanup(c.stop)
+	c := &Cluster{t: t, Dir: clusterDir(t), net: nn}
+	// Cleanups run last registered first: the network goes after the daemons.
+	t.Cleanup(func() {
+		if err := nn.teardown(); err != nil {
+			t.Error(err)
+		}
+	})
 	begin := time.Now()
+	if err := nn.build(t, n); err != nil {
+		if errors.Is(err, errNoNetwork) {
+			skipUnlessRequired(t, err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stop)
 	if err := c.boot(n); err != nil {
 		c.logTails()
 		t.Fatal(err)
 	}
-	t.Logf("slurmtest: nodes %s (%d CPUs each) idle after %v; slurmctld port %d, slurmd ports %v, reserved ports %d-%d; SLURM_CONF=%s",
-		strings.Join(c.Nodes, ","), c.CPUs, time.Since(begin).Round(time.Millisecond), c.CtldPort, c.SlurmdPorts,
-		c.ResvPorts, c.ResvPorts+ResvPortCount-1, c.conf)
+	where := ""
+	if c.Namespaces != nil {
+		where = fmt.Sprintf(" in namespaces %s", strings.Join(c.Namespaces, ","))
+	}
+	t.Logf("slurmtest: nodes %s (%d CPUs each) idle after %v at %v%s; slurmctld at %v port %d, slurmd ports %v, reserved ports %d-%d; SLURM_CONF=%s",
+		strings.Join(c.Nodes, ","), c.CPUs, time.Since(begin).Round(time.Millisecond), c.NodeAddrs, where,
+		c.CtldAddr, c.CtldPort, c.SlurmdPorts, c.ResvPorts, c.ResvPorts+ResvPortCount-1, c.conf)
 	return c
+}
+
+// skipUnlessRequired skips t, saying why (err), or fails it under
+// SOFTRNIC_SLURM=require.
+func skipUnlessRequired(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("SOFTRNIC_SLURM") == "require" {
+		t.Fatalf("SOFTRNIC_SLURM=require: %v", err)
+	}
+	t.Skip(err)
 }
 
 // clusterDir returns the test's temporary directory, readable and searchable by all as
@@ -184,6 +251,13 @@ func (c *Cluster) boot(n int) error {
 		}
 	}
 	c.CPUs = nodeCPUs()
+	c.CtldAddr = c.net.ctldAddr()
+	for i := range n {
+		c.NodeAddrs = append(c.NodeAddrs, c.net.nodeAddr(i))
+		if ns := c.net.namespace(i); ns != "" {
+			c.Namespaces = append(c.Namespaces, ns)
+		}
+	}
 	base, err := freePortBlock(1 + n + ResvPortCount)
 	if err != nil {
 		return err
@@ -229,11 +303,12 @@ func (c *Cluster) boot(n int) error {
 	if c.ctld, err = c.startDaemon("slurmctld", "slurmctld", "-D"); err != nil {
 		return err
 	}
-	for _, node := range c.Nodes {
+	for i, node := range c.Nodes {
 		if err := os.Mkdir(filepath.Join(c.Dir, "spool", node), 0o755); err != nil {
 			return err
 		}
-		d, err := c.startDaemon("slurmd-"+node, "slurmd", "-D", "-N", node)
+		prog, args := c.net.nodeCommand(i, "slurmd", "-D", "-N", node)
+		d, err := c.startDaemon("slurmd-"+node, prog, args...)
 		if err != nil {
 			return err
 		}
@@ -262,12 +337,12 @@ func (c *Cluster) slurmConf(host, sock string) string {
 	d := c.Dir
 	var nodes strings.Builder
 	for i, node := range c.Nodes {
-		fmt.Fprintf(&nodes, "NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d State=UNKNOWN\n",
-			node, host, c.SlurmdPorts[i], c.CPUs)
+		fmt.Fprintf(&nodes, "NodeName=%s NodeHostname=%s NodeAddr=%v Port=%d CPUs=%d State=UNKNOWN\n",
+			node, host, c.NodeAddrs[i], c.SlurmdPorts[i], c.CPUs)
 	}
-	return fmt.Sprintf(`# A one-node cluster for tests (internal/slurmtest).
+	return fmt.Sprintf(`# A cluster for tests (internal/slurmtest).
 ClusterName=slurmtest
-SlurmctldHost=%[2]s(127.0.0.1)
+SlurmctldHost=%[2]s(%[9]v)
 SlurmctldPort=%[3]d
 SlurmUser=root
 SlurmdUser=root
@@ -301,7 +376,7 @@ SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 KillWait=2
 %[4]sPartitionName=test Nodes=%[8]s Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-`, d, host, c.CtldPort, nodes.String(), sock, c.ResvPorts, c.ResvPorts+ResvPortCount-1, strings.Join(c.Nodes, ","))
+`, d, host, c.CtldPort, nodes.String(), sock, c.ResvPorts, c.ResvPorts+ResvPortCount-1, strings.Join(c.Nodes, ","), c.CtldAddr)
 }
 
 // nodeCPUs is the CPU count slurmd -C reports, else runtime.NumCPU.

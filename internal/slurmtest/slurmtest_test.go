@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -432,5 +433,73 @@ func TestStartNodes(t *testing.T) {
 					r, env["SLURM_NODEID"], env["SLURM_LOCALID"], env["SLURMD_NODENAME"], node, local, c.Nodes[r/2])
 			}
 		}
+	}
+}
+
+// Nodes of a network: each node's tasks are in its namespace, with its address; when
+// the test ends, the namespaces and links are gone.
+func TestStartNetNodes(t *testing.T) {
+	var c *Cluster
+	t.Run("tasks", func(t *testing.T) {
+		c = StartNetNodes(t, 2)
+		script := `echo "host $(hostname)"; echo "netns $(ip netns identify)"; ip -br addr`
+		out, err := c.Command(testutil.Context(t), "srun", "--label", "-N", "2", "-n", "2", "sh", "-c", script).Output()
+		t.Logf("srun -N 2 -n 2 (%v):\n%s", err, out)
+		if err != nil {
+			t.Fatalf("srun: %v: %s", err, stderrOf(err))
+		}
+		tasks := map[int][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			r, text, ok := strings.Cut(line, ": ")
+			rank, err := strconv.Atoi(strings.TrimSpace(r))
+			if !ok || err != nil {
+				t.Fatalf("%q: not a labelled line", line)
+			}
+			tasks[rank] = append(tasks[rank], text)
+		}
+		for r := range 2 {
+			lines := tasks[r]
+			if !slices.Contains(lines, "netns "+c.Namespaces[r]) {
+				t.Errorf("task %d: not in node %d's namespace %s: %q", r, r+1, c.Namespaces[r], lines)
+			}
+			// ip -br addr: "eth0@if7  UP  10.78.0.1/24"; no other address of the subnet.
+			var addrs []string
+			for _, l := range lines {
+				f := strings.Fields(l)
+				if len(f) >= 3 && strings.HasPrefix(f[0], "eth0") {
+					addrs = append(addrs, f[2:]...)
+				}
+			}
+			if want := c.NodeAddrs[r].String() + "/24"; !slices.Equal(addrs, []string{want}) {
+				t.Errorf("task %d: eth0 has %q, want %s", r, addrs, want)
+			}
+			if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "lo ") && strings.Contains(l, "127.0.0.1/8") }) {
+				t.Errorf("task %d: no loopback up in its namespace: %q", r, lines)
+			}
+		}
+	})
+	if c == nil {
+		t.Skip("no cluster")
+	}
+	ns, err := os.ReadDir("/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range ns {
+		if slices.Contains(c.Namespaces, e.Name()) {
+			t.Errorf("namespace %s left after the test", e.Name())
+		}
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if leftLink.MatchString(i.Name) {
+			t.Errorf("link %s left after the test", i.Name)
+		}
+	}
+	if pids := withEnv(t, c.Env()[0]); len(pids) != 0 {
+		t.Errorf("processes left with %s after the test: %v", c.Env()[0], pids)
 	}
 }
