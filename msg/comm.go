@@ -39,6 +39,7 @@ type Comm struct {
 	rank int
 	size int
 	job  uint64
+	mtu  verbs.MTU // the connections' path MTU (pathMTU)
 	// rvStop ends rank 0's rendezvous, which refuses late reports until Close.
 	rvStop func()
 	book   []netip.AddrPort
@@ -124,6 +125,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, dev: dev, wake: make(chan struct{}, 1), cqEv: make(chan struct{}, 1),
 		done: make(chan struct{}), byQPN: map[uint32]*peer{}, peers: make([]*peer, cfg.Size)}
+	c.mtu = pathMTU(dev)
 	c.regs.init(c)
 	c.wcs = make([]verbs.WorkCompletion, 64)
 	c.recvWRs = make([]verbs.RecvWR, cfg.SRQDepth) // zero-length: a WRITE with immediate takes one

@@ -27,12 +27,23 @@ func (p *peer) hello() []byte {
 	return h.put()
 }
 
-// connectOptions are the connections' attributes. The local ACK timeout is 268 ms (16)
+// connectOptions are the connections' attributes: the path MTU of the device's link
+// (pathMTU), ordering as configured. The local ACK timeout is 268 ms (16)
 // rather than the usual 67 ms: with seven retries a connection survives its peer's
 // process not running for two seconds, as happens to jobs of many ranks on a machine
 // busy with other work (a lost packet that no later one reveals costs that timeout).
 func (c *Comm) connectOptions() verbs.ConnectOptions {
-	return verbs.ConnectOptions{MTU: verbs.MTU4096, Ordering: c.cfg.Ordering, Timeout: 16}
+	return verbs.ConnectOptions{MTU: c.mtu, Ordering: c.cfg.Ordering, Timeout: 16}
+}
+
+// pathMTU is the path MTU of the rank's connections: the largest the device's link
+// carries (4096 on loopback or jumbo frames, 1024 on a standard 1500-byte Ethernet).
+func pathMTU(dev *verbs.Device) verbs.MTU {
+	pa, err := dev.QueryPort(1)
+	if err != nil || pa.ActiveMTU == 0 {
+		return verbs.MTU1024
+	}
+	return pa.ActiveMTU
 }
 
 // connect dials the peer unless a connection is made or being made.
