@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // bootLimit bounds the boot (munged's socket, then the node idle in slurmctld's view):
@@ -573,7 +575,7 @@ type daemon struct {
 
 // startDaemon starts the program with the cluster's configuration, its standard output
 // and error going to log/<name>.out, forked with SIGKILL as parent-death signal (see
-// startWithParentDeath) so that it does not outlive a test process that is killed.
+// testutil.StartWithParentDeath) so that it does not outlive a test process that is killed.
 func (c *Cluster) startDaemon(name, prog string, args ...string) (*daemon, error) {
 	d := &daemon{name: name, log: filepath.Join(c.Dir, "log", name+".out"), done: make(chan struct{})}
 	f, err := os.Create(d.log)
@@ -585,7 +587,7 @@ func (c *Cluster) startDaemon(name, prog string, args ...string) (*daemon, error
 	d.cmd.Env = c.environ()
 	d.cmd.Dir = c.Dir
 	d.cmd.Stdout, d.cmd.Stderr = f, f
-	if err := startWithParentDeath(d.cmd); err != nil {
+	if err := testutil.StartWithParentDeath(d.cmd); err != nil {
 		return nil, fmt.Errorf("slurmtest: starting %s: %v", name, err)
 	}
 	go func() {
