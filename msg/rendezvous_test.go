@@ -8,18 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// freeRoot returns a loopback TCP address nothing listens on now.
-func freeRoot(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+	"github.com/softrnic/softrnic/internal/testutil"
+)
 
 // rvResult is one rank's rendezvous outcome.
 type rvResult struct {
@@ -69,7 +60,7 @@ func listening(t *testing.T, ctx context.Context, root string) {
 func TestRendezvousTwoJobsOneRoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	root := freeRoot(t)
+	root := testutil.FreeTCPAddr(t)
 	a0 := startRank(ctx, "50.0", 0, 2, root, time.Minute)
 	listening(t, ctx, root)
 
@@ -116,7 +107,7 @@ func closedTimer() <-chan time.Time {
 func TestRendezvousRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	root := freeRoot(t)
+	root := testutil.FreeTCPAddr(t)
 	r0 := startRank(ctx, "j", 0, 3, root, time.Minute)
 	listening(t, ctx, root)
 	silent, err := net.Dial("tcp", root)
@@ -161,12 +152,12 @@ func TestRendezvousRefuses(t *testing.T) {
 func TestRendezvousTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := <-startRank(ctx, "j", 1, 2, freeRoot(t), 50*time.Millisecond)
+	r := <-startRank(ctx, "j", 1, 2, testutil.FreeTCPAddr(t), 50*time.Millisecond)
 	if !errors.Is(r.err, context.DeadlineExceeded) || !strings.Contains(r.err.Error(), "did not answer") {
 		t.Errorf("rank 1 without a rank 0: %v", r.err)
 	}
 
-	root := freeRoot(t)
+	root := testutil.FreeTCPAddr(t)
 	// Rank 0's time runs out after rank 5 has reported (its timer is the test's), and
 	// rank 5 learns from rank 0 which ranks never came.
 	expire, arrived := make(chan time.Time), make(chan int, 1)
@@ -185,7 +176,7 @@ func TestRendezvousTimeout(t *testing.T) {
 
 	// The caller's context ends first: its error, and still the missing ranks.
 	cctx, ccancel := context.WithCancel(ctx)
-	root = freeRoot(t)
+	root = testutil.FreeTCPAddr(t)
 	r0 = startRank(cctx, "j", 0, 2, root, time.Minute)
 	listening(t, ctx, root)
 	ccancel()
@@ -214,7 +205,7 @@ func TestRankList(t *testing.T) {
 func TestRendezvousLongReport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	root := freeRoot(t)
+	root := testutil.FreeTCPAddr(t)
 	r0 := startRank(ctx, "j", 0, 2, root, time.Minute)
 	listening(t, ctx, root)
 	c, err := net.Dial("tcp", root)

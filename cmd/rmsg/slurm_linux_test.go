@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/slurmtest"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // The messaging layer's jobs under Slurm's own launchers, on a one-node cluster that
@@ -200,12 +201,7 @@ func TestSrunTwoJobsOneRoot(t *testing.T) {
 	bin := buildRmsg(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := []string{"SOFTRNIC_ROOT=" + l.Addr().String(), "SOFTRNIC_RENDEZVOUS_TIMEOUT=10m"}
-	l.Close()
+	root := []string{"SOFTRNIC_ROOT=" + testutil.FreeTCPAddr(t), "SOFTRNIC_RENDEZVOUS_TIMEOUT=10m"}
 	type result struct {
 		out string
 		err error

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softrnic/softrnic/internal/testutil"
 )
 
 // buildRmsg builds cmd/rmsg, the job these tests launch.
@@ -86,12 +87,7 @@ func TestMpirunSelftest(t *testing.T) {
 		t.Skip("mpirun is not installed (apt-get install openmpi-bin)")
 	}
 	bin := buildRmsg(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := l.Addr().String()
-	l.Close()
+	root := testutil.FreeTCPAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "-np", "4", "-x", "SOFTRNIC_ROOT="+root, bin, "selftest")
@@ -128,12 +124,7 @@ func TestMpirunSelftest(t *testing.T) {
 // are refused by the other job's rank 0; and its launcher stops the rest.
 func TestTwoJobsOneRoot(t *testing.T) {
 	bin := buildRmsg(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := l.Addr().String()
-	l.Close()
+	root := testutil.FreeTCPAddr(t)
 	t.Setenv("SOFTRNIC_RENDEZVOUS_TIMEOUT", "10m") // failing at once, not by the deadline
 	type job struct {
 		out, errb bytes.Buffer
