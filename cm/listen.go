@@ -119,6 +119,9 @@ type Request struct {
 // listener is closed (ErrClosed).
 func (l *Listener) Accept(ctx context.Context) (_ *Request, err error) {
 	defer nameCall("Accept", &err)
+	if err := ctx.Err(); err != nil {
+		return nil, err // an ended context takes no request, even one already waiting
+	}
 	for {
 		select {
 		case c := <-l.backlog:
