@@ -1,0 +1,74 @@
+package rsocket
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/softrnic/softrnic/cm"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// A Dialer connects to rsocket listeners with its options (rconnect with the socket
+// options set before it). The zero value dials with the defaults.
+type Dialer struct {
+	Options
+	// DevicePort is the peer device's UDP port (0: 4791, the RoCEv2 port, where a
+	// Linux peer listens).
+	DevicePort uint16
+}
+
+// Dial connects to the rsocket listener at addr (the peer device's IP address and the
+// service port it listens on) through dev, with the default options.
+func Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPort) (*Conn, error) {
+	var d Dialer
+	return d.Dial(ctx, dev, addr)
+}
+
+// Dial connects to the rsocket listener at addr through dev: an RC connection made by
+// the connection manager, whose private data carries each side's receive ring and
+// credits. It returns once the connection is established, or when ctx ends.
+func (d *Dialer) Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPort) (_ *Conn, err error) {
+	raddr := Addr{AddrPort: addr}
+	opErr := func(err error) error {
+		var src net.Addr
+		if dev != nil {
+			src = &Addr{AddrPort: dev.Addr()}
+		}
+		return &net.OpError{Op: "dial", Net: "rsocket", Source: src, Addr: &raddr, Err: err}
+	}
+	o, err := d.Options.withDefaults()
+	if err != nil {
+		return nil, opErr(fmt.Errorf("rsocket: %w", err))
+	}
+	s, err := stackFor(dev)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	c, err := newConn(s, o)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	cn, err := cm.Dial(ctx, dev, addr, c.qp, &cm.DialParams{PrivateData: c.connData(), DevicePort: d.DevicePort,
+		KeepAlive: o.KeepAlive, Options: connectOptions(o)})
+	if err != nil {
+		c.abort()
+		return nil, opErr(err)
+	}
+	pd, err := parseConnData(cn.PrivateData())
+	if err != nil {
+		cn.Disconnect()
+		c.abort()
+		return nil, opErr(err)
+	}
+	c.local, c.remote = Addr{AddrPort: dev.Addr()}, raddr
+	c.start(cn, pd)
+	return c, nil
+}
+
+// connectOptions are the QP attributes rsockets ask for: seven transport retries and
+// RNR retries for ever (a receive is reposted the moment its completion is seen).
+func connectOptions(o Options) verbs.ConnectOptions {
+	return verbs.ConnectOptions{RetryCnt: 7, RNRRetry: 7, Ordering: o.Ordering, Access: verbs.AccessRemoteWrite}
+}

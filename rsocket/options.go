@@ -1,0 +1,84 @@
+package rsocket
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// Options are a connection's buffer and queue sizes and its transport settings, what
+// rsockets' socket options (SO_RCVBUF, SO_SNDBUF, RDMA_SQSIZE, RDMA_RQSIZE, RDMA_INLINE)
+// and configuration files set for a C program. Every field may be left zero.
+type Options struct {
+	// RecvBuffer is the receive ring in bytes (default 128 KiB, librdmacm's default;
+	// a C program's SO_RCVBUF of n gives 2n, rstream's default 1 MiB). The peer is granted
+	// half of it at a time, so it bounds the bytes in flight towards this side.
+	RecvBuffer int
+	// SendBuffer is the registered buffer that Write copies into (default 128 KiB).
+	SendBuffer int
+	// QueueSize is the depth of the send and receive queues (default 384, librdmacm's):
+	// the data messages either side may have outstanding.
+	QueueSize int
+	// InlineSize is the largest message sent inline, its bytes copied into the work
+	// request as it is posted (default 64, at least 16).
+	InlineSize int
+	// Ordering is the ordering mode offered (verbs.OrderingWeak is used only between
+	// softrnic devices that both offer it; a standard peer gets ordered mode).
+	Ordering verbs.Ordering
+	// KeepAlive is how often the connection manager probes the peer device
+	// (cm.DefaultKeepAlive; negative: never).
+	KeepAlive time.Duration
+	// BusyPoll is how long a Read or Write that must wait polls the connection's
+	// completion queue before it sleeps until a completion event (default 20 µs;
+	// negative: never). Polling saves the wake-up of a sleeping goroutine on every
+	// message of a ping-pong, at the cost of that much CPU time per wait.
+	BusyPoll time.Duration
+}
+
+// Defaults, as librdmacm has them.
+const (
+	DefaultBuffer     = 128 << 10
+	DefaultQueueSize  = 384
+	DefaultInlineSize = 64
+	DefaultBusyPoll   = 20 * time.Microsecond
+)
+
+// Limits of Options.
+const (
+	minBuffer    = 4096
+	maxBuffer    = 1 << 30
+	minQueueSize = 16     // librdmacm's RS_QP_MIN_SIZE
+	maxQueueSize = 0x4000 // credits are 16-bit; kept well below
+	maxInline    = 256
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.RecvBuffer == 0 {
+		o.RecvBuffer = DefaultBuffer
+	}
+	if o.SendBuffer == 0 {
+		o.SendBuffer = DefaultBuffer
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.InlineSize == 0 {
+		o.InlineSize = DefaultInlineSize
+	}
+	if o.BusyPoll == 0 {
+		o.BusyPoll = DefaultBusyPoll
+	}
+	switch {
+	case o.RecvBuffer < minBuffer || o.RecvBuffer > maxBuffer || o.RecvBuffer%2 != 0:
+		return o, fmt.Errorf("RecvBuffer %d: want an even number of bytes in %d..%d", o.RecvBuffer, minBuffer, maxBuffer)
+	case o.SendBuffer < minBuffer || o.SendBuffer > maxBuffer:
+		return o, fmt.Errorf("SendBuffer %d: want %d..%d bytes", o.SendBuffer, minBuffer, maxBuffer)
+	case o.QueueSize < minQueueSize || o.QueueSize > maxQueueSize:
+		return o, fmt.Errorf("QueueSize %d: want %d..%d", o.QueueSize, minQueueSize, maxQueueSize)
+	case o.InlineSize < 0 || o.InlineSize > maxInline:
+		return o, fmt.Errorf("InlineSize %d: want 0..%d", o.InlineSize, maxInline)
+	}
+	o.InlineSize = max(o.InlineSize, sgeLen) // grants go inline
+	return o, nil
+}
