@@ -47,6 +47,7 @@ type Conn struct {
 	// The poller (progress) owns wcs and recvs.
 	pollMu     sync.Mutex
 	pollWanted atomic.Bool
+	sleepers   atomic.Int32 // calls asleep until a completion event
 	wcs        []verbs.WorkCompletion
 	recvs      []verbs.RecvWR
 
@@ -262,6 +263,15 @@ func wake(ch chan struct{}) {
 	}
 }
 
+// onEvent is the event goroutine's call for a completion event of the connection's
+// queue: it takes the completions, and re-arms the queue while a call sleeps.
+func (c *Conn) onEvent() {
+	c.progress()
+	if c.sleepers.Load() > 0 && c.cq.ReqNotifyCQ(false) == nil {
+		c.progress()
+	}
+}
+
 // progress takes the completions waiting and acts on them. Whoever calls it while
 // another goroutine polls leaves the poll to that one, which looks again before it
 // lets go; so progress never waits for another poller, and no completion is missed.
@@ -440,8 +450,8 @@ func (c *Conn) waitEvent(ch chan struct{}, dl <-chan struct{}) error {
 func (c *Conn) waitUntil(ch chan struct{}, dl, stop <-chan struct{}) error {
 	if c.o.BusyPoll > 0 {
 		end := time.Now().Add(c.o.BusyPoll)
-		for {
-			if c.progress() || isClosed(dl) || isClosed(stop) {
+		for !isClosed(dl) && !isClosed(stop) && time.Now().Before(end) {
+			if c.progress() {
 				return nil
 			}
 			select {
@@ -449,11 +459,13 @@ func (c *Conn) waitUntil(ch chan struct{}, dl, stop <-chan struct{}) error {
 				return nil
 			default:
 			}
-			if time.Now().After(end) {
-				break
-			}
 		}
 	}
+	// Counted as asleep before arming: the event goroutine re-arms the queue after an
+	// event while anyone sleeps, so that an event for a completion this call does not
+	// wait for (the other direction's) leaves the queue armed for the one it does.
+	c.sleepers.Add(1)
+	defer c.sleepers.Add(-1)
 	if err := c.cq.ReqNotifyCQ(false); err != nil {
 		return err
 	}
@@ -495,6 +507,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.rlock.Lock()
 	defer c.rlock.Unlock()
 	for {
+		if isClosed(c.rdl.wait()) {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
 		off, n, err := c.readable("read")
 		if err != nil || n > 0 {
 			if n == 0 {
@@ -551,6 +566,9 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	defer c.rlock.Unlock()
 	var total int64
 	for {
+		if isClosed(c.rdl.wait()) {
+			return total, c.opError("read", os.ErrDeadlineExceeded)
+		}
 		off, n, err := c.readable("read")
 		if err == io.EOF {
 			return total, nil
@@ -631,11 +649,14 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // writable returns where in the send buffer the next message of at most want bytes
 // goes and how long it may be (wlock held); zero after a wait, to look again.
 func (c *Conn) writable(want int) (off, room uint32, err error) {
+	dl := c.wdl.wait()
 	c.mu.Lock()
 	t := &c.tx
 	switch {
 	case c.closed:
 		err = net.ErrClosed
+	case isClosed(dl):
+		err = os.ErrDeadlineExceeded
 	case t.shut:
 		err = syscall.EPIPE
 	case c.err != nil:
@@ -655,7 +676,7 @@ func (c *Conn) writable(want int) (off, room uint32, err error) {
 		return off, room, nil
 	}
 	c.mu.Unlock()
-	if err := c.waitEvent(c.wwake, c.wdl.wait()); err != nil {
+	if err := c.waitEvent(c.wwake, dl); err != nil {
 		return 0, 0, c.opError("write", err)
 	}
 	return 0, 0, nil

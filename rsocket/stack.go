@@ -71,7 +71,7 @@ func (s *stack) events() {
 		c := s.conns[cq]
 		s.mu.Unlock()
 		if c != nil {
-			c.progress()
+			c.onEvent()
 		}
 	}
 }
