@@ -27,11 +27,12 @@ import (
 // ReadFrom reads straight into that buffer and WriteTo writes straight out of the
 // receive ring, so io.Copy to or from a Conn copies each byte once.
 type Conn struct {
-	s      *stack
 	o      Options
 	cn     *cm.Conn
-	qp     *verbs.QP
+	pd     *verbs.PD
+	ch     *verbs.CompChannel // the queue's events, which a sleeping call waits for
 	cq     *verbs.CQ
+	qp     *verbs.QP
 	ring   *verbs.MR // the receive ring the peer writes data into
 	target *verbs.MR // the grant slots the peer writes into
 	sbuf   *verbs.MR // Write's buffer; its last sgeLen bytes are the grant scratch
@@ -263,11 +264,19 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// onEvent is the event goroutine's call for a completion event of the connection's
-// queue: it takes the completions, and re-arms the queue while a call sleeps.
+// onEvent takes the queue's completion events and the completions. The event may have
+// been for the other direction's completion: while another call sleeps, the queue is
+// armed again for it.
 func (c *Conn) onEvent() {
+	for {
+		cq, ok := c.ch.TryGetCQEvent()
+		if !ok {
+			break
+		}
+		cq.AckCQEvents(1)
+	}
 	c.progress()
-	if c.sleepers.Load() > 0 && c.cq.ReqNotifyCQ(false) == nil {
+	if c.sleepers.Load() > 1 && c.cq.ReqNotifyCQ(false) == nil {
 		c.progress()
 	}
 }
@@ -461,9 +470,8 @@ func (c *Conn) waitUntil(ch chan struct{}, dl, stop <-chan struct{}) error {
 			}
 		}
 	}
-	// Counted as asleep before arming: the event goroutine re-arms the queue after an
-	// event while anyone sleeps, so that an event for a completion this call does not
-	// wait for (the other direction's) leaves the queue armed for the one it does.
+	// Counted as asleep before arming: whoever takes an event re-arms the queue while
+	// another call sleeps (onEvent).
 	c.sleepers.Add(1)
 	defer c.sleepers.Add(-1)
 	if err := c.cq.ReqNotifyCQ(false); err != nil {
@@ -473,6 +481,8 @@ func (c *Conn) waitUntil(ch chan struct{}, dl, stop <-chan struct{}) error {
 		return nil
 	}
 	select {
+	case <-c.ch.Ready():
+		c.onEvent()
 	case <-ch:
 	case <-dl:
 		return os.ErrDeadlineExceeded
@@ -835,12 +845,25 @@ func (c *Conn) release() error {
 		errs = append(errs, c.qp.DestroyQP())
 	}
 	if c.cq != nil {
-		errs = append(errs, c.s.dropCQ(c.cq))
+		for {
+			cq, ok := c.ch.TryGetCQEvent()
+			if !ok {
+				break
+			}
+			cq.AckCQEvents(1)
+		}
+		errs = append(errs, c.cq.DestroyCQ())
+	}
+	if c.ch != nil {
+		errs = append(errs, c.ch.DestroyCompChannel())
 	}
 	for _, mr := range []*verbs.MR{c.ring, c.target, c.sbuf} {
 		if mr != nil {
 			errs = append(errs, mr.DeregMR())
 		}
+	}
+	if c.pd != nil {
+		errs = append(errs, c.pd.DeallocPD())
 	}
 	return errors.Join(errs...)
 }

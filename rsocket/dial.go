@@ -42,11 +42,7 @@ func (d *Dialer) Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPor
 	if err != nil {
 		return nil, opErr(fmt.Errorf("rsocket: %w", err))
 	}
-	s, err := stackFor(dev)
-	if err != nil {
-		return nil, opErr(err)
-	}
-	c, err := newConn(s, o)
+	c, err := newConn(dev, o)
 	if err != nil {
 		return nil, opErr(err)
 	}

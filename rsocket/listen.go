@@ -22,7 +22,7 @@ type ListenConfig struct {
 // before accept, at most Backlog of them waiting to be accepted.
 type Listener struct {
 	l      *cm.Listener
-	s      *stack
+	dev    *verbs.Device
 	o      Options
 	addr   Addr
 	ctx    context.Context
@@ -57,15 +57,11 @@ func (lc *ListenConfig) Listen(dev *verbs.Device, port uint16) (*Listener, error
 	if err != nil {
 		return nil, opErr(err)
 	}
-	s, err := stackFor(dev)
-	if err != nil {
-		return nil, opErr(err)
-	}
 	cl, err := cm.Listen(dev, port)
 	if err != nil {
 		return nil, opErr(err)
 	}
-	l := &Listener{l: cl, s: s, o: o, addr: Addr{AddrPort: cl.Addr()}, ready: make(chan *Conn, Backlog)}
+	l := &Listener{l: cl, dev: dev, o: o, addr: Addr{AddrPort: cl.Addr()}, ready: make(chan *Conn, Backlog)}
 	l.addr.AddrPort = netip.AddrPortFrom(cl.Addr().Addr(), port)
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
@@ -117,7 +113,7 @@ func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
 		req.Reject(nil)
 		return nil, err
 	}
-	c, err := newConn(l.s, l.o)
+	c, err := newConn(l.dev, l.o)
 	if err != nil {
 		req.Reject(nil)
 		return nil, err

@@ -30,9 +30,10 @@ type Options struct {
 	// (cm.DefaultKeepAlive; negative: never).
 	KeepAlive time.Duration
 	// BusyPoll is how long a Read or Write that must wait polls the connection's
-	// completion queue before it sleeps until a completion event (default 20 µs;
-	// negative: never). Polling saves the wake-up of a sleeping goroutine on every
-	// message of a ping-pong, at the cost of that much CPU time per wait.
+	// completion queue before it sleeps until a completion event (default 0: it sleeps
+	// at once). Polling saves a goroutine's wake-up per message where a CPU is free for
+	// it; where every CPU is busy (two of them, a ping-pong's two ends and the devices'
+	// receive goroutines) it costs more than it saves.
 	BusyPoll time.Duration
 }
 
@@ -41,7 +42,6 @@ const (
 	DefaultBuffer     = 128 << 10
 	DefaultQueueSize  = 384
 	DefaultInlineSize = 64
-	DefaultBusyPoll   = 20 * time.Microsecond
 )
 
 // Limits of Options.
@@ -65,9 +65,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.InlineSize == 0 {
 		o.InlineSize = DefaultInlineSize
-	}
-	if o.BusyPoll == 0 {
-		o.BusyPoll = DefaultBusyPoll
 	}
 	switch {
 	case o.RecvBuffer < minBuffer || o.RecvBuffer > maxBuffer || o.RecvBuffer%2 != 0:

@@ -2,16 +2,21 @@ package rsocket
 
 import (
 	"context"
+	"errors"
 
 	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/verbs"
 )
 
-// newConn makes a connection's verbs objects on s: its completion queue, an RC QP in
-// INIT that lets the peer write, the receive ring, the grant slots and the send buffer,
-// with every receive posted, so that the peer may write as soon as it learns of them.
-func newConn(s *stack, o Options) (c *Conn, err error) {
-	c = &Conn{s: s, o: o, rq: o.QueueSize,
+// newConn makes a connection's verbs objects on dev: a protection domain, a
+// completion queue with a channel of its own, an RC QP in INIT that lets the peer write,
+// the receive ring, the grant slots and the send buffer, with every receive posted, so
+// that the peer may write as soon as it learns of them.
+func newConn(dev *verbs.Device, o Options) (c *Conn, err error) {
+	if dev == nil {
+		return nil, errors.New("nil device")
+	}
+	c = &Conn{o: o, rq: o.QueueSize,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), done: make(chan struct{}),
 		rdl: newDeadline(), wdl: newDeadline()}
 	defer func() {
@@ -19,11 +24,17 @@ func newConn(s *stack, o Options) (c *Conn, err error) {
 			c.release()
 		}
 	}()
-	sq, rq := o.QueueSize+ctrlSlots, o.QueueSize+extraRecvs
-	if c.cq, err = s.newCQ(sq+rq, c); err != nil {
+	if c.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	if c.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, SQSigAll: true,
+	if c.ch, err = dev.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	sq, rq := o.QueueSize+ctrlSlots, o.QueueSize+extraRecvs
+	if c.cq, err = dev.CreateCQ(sq+rq, c.ch, verbs.NoHandler); err != nil {
+		return nil, err
+	}
+	if c.qp, err = c.pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, SQSigAll: true,
 		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: o.InlineSize}}); err != nil {
 		return nil, err
 	}
@@ -31,13 +42,13 @@ func newConn(s *stack, o Options) (c *Conn, err error) {
 		return nil, err
 	}
 	remote := verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	if c.ring, err = s.pd.RegMR(make([]byte, o.RecvBuffer), remote); err != nil {
+	if c.ring, err = c.pd.RegMR(make([]byte, o.RecvBuffer), remote); err != nil {
 		return nil, err
 	}
-	if c.target, err = s.pd.RegMR(make([]byte, grantSlots*sgeLen), remote); err != nil {
+	if c.target, err = c.pd.RegMR(make([]byte, grantSlots*sgeLen), remote); err != nil {
 		return nil, err
 	}
-	if c.sbuf, err = s.pd.RegMR(make([]byte, o.SendBuffer+sgeLen), 0); err != nil {
+	if c.sbuf, err = c.pd.RegMR(make([]byte, o.SendBuffer+sgeLen), 0); err != nil {
 		return nil, err
 	}
 	half := uint32(o.RecvBuffer / 2)

@@ -548,6 +548,13 @@ func (ch *CompChannel) TryGetCQEvent() (*CQ, bool) {
 	return cq, true
 }
 
+// Ready returns a channel that holds a value while an event may be waiting, for a
+// program that waits for several things in one select, as a C program polls the
+// channel's file descriptor with others: on receiving from it, take the events with
+// TryGetCQEvent (which leaves a value again while more wait). A value may be stale: an
+// event another goroutine took meanwhile.
+func (ch *CompChannel) Ready() <-chan struct{} { return ch.ready }
+
 // GetCQEvent waits for the next event and returns its CQ. The CQ must be re-armed with
 // ReqNotifyCQ for another event, and the event acknowledged with AckCQEvents.
 func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {

@@ -218,3 +218,25 @@ func TestCQDestroyWithEvents(t *testing.T) {
 		t.Errorf("CreateCQ on a destroyed channel succeeded")
 	}
 }
+
+// TestCompChannelReady checks that Ready holds a value once an event is queued, so a
+// select over it and other channels wakes for the event, and that the event is then
+// taken with TryGetCQEvent.
+func TestCompChannelReady(t *testing.T) {
+	p := newChannelPair(t)
+	if err := p.b.rcq.ReqNotifyCQ(false); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, 0)
+	select {
+	case <-p.ch.Ready():
+	case <-time.After(waitLimit):
+		t.Fatal("Ready has no value after an event")
+	}
+	cq, ok := p.ch.TryGetCQEvent()
+	if !ok || cq != p.b.rcq {
+		t.Fatalf("TryGetCQEvent after Ready = %p, %v; want the receive CQ", cq, ok)
+	}
+	cq.AckCQEvents(1)
+	noEvent(t, p.ch, "after the event was taken")
+}

@@ -1,0 +1,104 @@
+package rsocket_test
+
+import (
+	"io"
+	"net"
+	"testing"
+
+	"github.com/softrnic/softrnic/rsocket"
+	"github.com/softrnic/softrnic/verbs"
+)
+
+// tcpPair is a connected pair of Go TCP sockets over loopback, the baseline.
+func tcpPair(b *testing.B) (net.Conn, net.Conn) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, _ := l.Accept()
+		accepted <- s
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := <-accepted
+	b.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+func benchPairs(b *testing.B, run func(b *testing.B, c, s net.Conn)) {
+	b.Run("rsocket", func(b *testing.B) {
+		c, s := pair(b, benchOptions, benchDevice)
+		run(b, c, s)
+	})
+	b.Run("tcp", func(b *testing.B) {
+		c, s := tcpPair(b)
+		run(b, c, s)
+	})
+}
+
+// BenchmarkPingPong is an 8-byte request and reply: one op is a round trip.
+func BenchmarkPingPong(b *testing.B) {
+	benchPairs(b, func(b *testing.B, c, s net.Conn) {
+		go func() {
+			buf := make([]byte, 8)
+			for {
+				if _, err := io.ReadFull(s, buf); err != nil {
+					return
+				}
+				if _, err := s.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 8)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkStream writes 64 KiB at a time one way; the reader reads 64 KiB at a time.
+func BenchmarkStream(b *testing.B) {
+	const size = 64 << 10
+	benchPairs(b, func(b *testing.B, c, s net.Conn) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			buf := make([]byte, size)
+			for {
+				if _, err := s.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, size)
+		b.SetBytes(size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		c.Close()
+		<-done
+	})
+}
+
+var (
+	benchOptions = rsocket.Options{}
+	benchDevice  verbs.DeviceConfig
+)
