@@ -178,14 +178,25 @@ func (c *Conn) giveCredits() {
 	c.ctrlMu.Lock()
 	defer c.ctrlMu.Unlock()
 	c.mu.Lock()
-	if !c.needCreditsLocked() {
-		c.mu.Unlock()
+	ok := c.creditsLocked(&c.ctrlWR[0])
+	c.mu.Unlock()
+	if !ok {
 		return
+	}
+	if err := c.qp.PostSend(c.ctrlWR[:]); err != nil {
+		c.fail(fmt.Errorf("post a grant: %w", err))
+	}
+}
+
+// creditsLocked makes wr the credits (and grant) due to the peer, if any, and counts
+// them given (mu and ctrlMu held).
+func (c *Conn) creditsLocked(wr *verbs.SendWR) bool {
+	if !c.needCreditsLocked() {
+		return false
 	}
 	r := &c.rx
 	r.seqComp = r.seq + uint16(c.rq/2)
 	credit := uint32(r.seq + uint16(c.rq))
-	wr := &c.ctrlWR[0]
 	*wr = verbs.SendWR{WRID: wrCtrl, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled | verbs.SendInline,
 		ImmData: imm(opSGL, credit)}
 	if r.avail >= r.half {
@@ -203,10 +214,7 @@ func (c *Conn) giveCredits() {
 	}
 	c.ctrlAvail--
 	c.inflight++
-	c.mu.Unlock()
-	if err := c.qp.PostSend(c.ctrlWR[:]); err != nil {
-		c.fail(fmt.Errorf("post a grant: %w", err))
-	}
+	return true
 }
 
 // postCtrl sends a control code (DISCONNECT or SHUTDOWN), waiting for a control slot
@@ -346,9 +354,12 @@ func (c *Conn) pollLocked() bool {
 func (c *Conn) onRecv(wc *verbs.WorkCompletion) bool {
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status != verbs.WCWRFlushErr && c.err == nil {
-			c.err = fmt.Errorf("receive: %v (%v)", wc.Status, wc.VendorErr)
+			c.err = wcError("receive", wc)
 		}
 		return true
+	}
+	if c.err != nil {
+		return false // the connection has failed: nothing more is taken from the peer
 	}
 	op, v := immOp(wc.ImmData)
 	switch op {
@@ -442,9 +453,19 @@ func (c *Conn) onSend(wc *verbs.WorkCompletion) {
 	default:
 		c.ctrlAvail++
 	}
-	if wc.Status != verbs.WCSuccess && c.err == nil && !(c.closed && wc.Status == verbs.WCWRFlushErr) {
-		c.err = fmt.Errorf("send: %v (%v)", wc.Status, wc.VendorErr)
+	// A flushed request says only that the QP failed or was disconnected: the cause
+	// came before it, or comes from the connection manager (waitUntil).
+	if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr && c.err == nil {
+		c.err = wcError("send", wc)
 	}
+}
+
+// wcError describes a failed work request.
+func wcError(what string, wc *verbs.WorkCompletion) error {
+	if wc.VendorErr == 0 {
+		return fmt.Errorf("%s: %v", what, wc.Status)
+	}
+	return fmt.Errorf("%s: %v (%v)", what, wc.Status, wc.VendorErr)
 }
 
 // waitEvent waits until ch is signalled, the deadline channel dl closes, the

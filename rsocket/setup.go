@@ -51,11 +51,7 @@ func newConn(dev *verbs.Device, o Options) (c *Conn, err error) {
 	if c.sbuf, err = c.pd.RegMR(make([]byte, o.SendBuffer+sgeLen), 0); err != nil {
 		return nil, err
 	}
-	half := uint32(o.RecvBuffer / 2)
-	c.rx = rxState{size: uint32(o.RecvBuffer), half: half, lens: make([]uint32, o.QueueSize+1),
-		granted: half, freeOff: half, avail: half, seqComp: uint16(o.QueueSize / 2), slot: 1}
-	c.tx = txState{nextSlot: 1, sqe: o.QueueSize, avail: uint32(o.SendBuffer)}
-	c.ctrlAvail = ctrlSlots
+	c.initState()
 	c.wcs = make([]verbs.WorkCompletion, 64)
 	c.recvs = make([]verbs.RecvWR, rq)
 	for i := range c.recvs {
@@ -65,6 +61,19 @@ func newConn(dev *verbs.Device, o Options) (c *Conn, err error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// initState sets the state a connection starts in: the first half of the ring
+// granted (in the connect data), the second half free to grant, no grant of the peer's
+// ring yet.
+func (c *Conn) initState() {
+	o := c.o
+	half := uint32(o.RecvBuffer / 2)
+	c.rx = rxState{size: uint32(o.RecvBuffer), half: half, lens: make([]uint32, o.QueueSize+1),
+		granted: half, freeOff: half, avail: half, seqComp: uint16(o.QueueSize / 2), slot: 1}
+	c.tx = txState{nextSlot: 1, sqe: o.QueueSize, avail: uint32(o.SendBuffer)}
+	c.ctrlAvail = ctrlSlots
+	c.inflight, c.sentDisc, c.peerDisc, c.closed, c.err, c.stats = 0, false, false, false, nil, Stats{}
 }
 
 // connData is what this side tells the peer: its credits, its grant slots and the first

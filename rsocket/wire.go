@@ -81,8 +81,8 @@ func (d *connData) put(b []byte) {
 }
 
 // parseConnData reads a peer's connect block and checks what this side relies on: the
-// version (as librdmacm does), at least one grant slot in its target area, and a first
-// grant that is not empty.
+// version (as librdmacm does), two grant slots in its target area, receive credits, and
+// a first grant that is not empty.
 func parseConnData(b []byte) (connData, error) {
 	var d connData
 	if len(b) < connDataLen {
@@ -97,8 +97,9 @@ func parseConnData(b []byte) (connData, error) {
 	switch {
 	case d.Version != version:
 		return d, fmt.Errorf("%w: version %d, want %d", errConnData, d.Version, version)
-	case d.Target.Len == 0:
-		return d, fmt.Errorf("%w: a target area without grant slots", errConnData)
+	case d.Target.Len < grantSlots:
+		// librdmacm writes grants into two slots whatever the peer says.
+		return d, fmt.Errorf("%w: a target area of %d grant slots, want %d", errConnData, d.Target.Len, grantSlots)
 	case d.DataBuf.Len == 0:
 		return d, fmt.Errorf("%w: an empty first grant", errConnData)
 	case d.Credits == 0:
