@@ -54,13 +54,17 @@ const fragmentImports = `import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"time"
 
 	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/msg"
+	"github.com/softrnic/softrnic/rsocket"
 	"github.com/softrnic/softrnic/srqmgr"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -69,12 +73,16 @@ var (
 	_ = context.Background
 	_ = errors.Is
 	_ = fmt.Sprint
+	_ = io.Copy
 	_ = log.Fatal
+	_ = net.Dial
+	_ = http.ListenAndServe
 	_ = netip.MustParseAddr
 	_ = os.Exit
 	_ = time.Second
 	_ = cm.Listen
 	_ = msg.Init
+	_ = rsocket.Listen
 	_ = srqmgr.Start
 	_ = verbs.OpenDevice
 )
@@ -96,9 +104,10 @@ var (
 //     wc []verbs.WorkCompletion, peer verbs.Endpoint (the peer QP's, learnt out of
 //     band), comm *msg.Comm (a rank)
 //
-//     and these packages without importing them: context, errors, fmt, log, net/netip,
-//     os, time, and the module's cm, msg, srqmgr and verbs. Whatever else a fragment uses it
-//     declares, and whatever it declares it uses (Go's rule for local variables).
+//     and these packages without importing them: context, errors, fmt, io, log, net,
+//     net/http, net/netip, os, time, and the module's cm, msg, rsocket, srqmgr and
+//     verbs. Whatever else a fragment uses it declares, and whatever it declares it uses
+//     (Go's rule for local variables).
 //
 //   - Every block is formatted as gofmt formats it.
 //
