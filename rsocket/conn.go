@@ -91,12 +91,12 @@ const ctrlSlots = 4
 // messages, which no credit limits, take receives too.
 const extraRecvs = ctrlSlots + 4
 
-// firstChunk and maxMessage bound a data message: the first of a Write is small, each
-// next one twice as large up to maxMessage, as librdmacm sends.
-const (
-	firstChunk = 2048
-	maxMessage = 65536
-)
+// maxMessage bounds a data message. librdmacm sends at most 64 KiB a message (the first
+// of a send 2 KiB, each next one twice as large, so that the NIC starts on the first
+// bytes while the rest are copied); its receiver takes any length up to a grant. Here a
+// post is a system call in the writer's goroutine with nothing to overlap, so a message
+// is as long as the send buffer, the grant and this bound allow.
+const maxMessage = 1 << 20
 
 // Work request IDs: the kind in the top byte, a data message's length below.
 const (
@@ -627,7 +627,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wlock.Lock()
 	defer c.wlock.Unlock()
-	done, chunk := 0, uint32(firstChunk)
+	done := 0
 	for done < len(b) {
 		off, room, err := c.writable(len(b) - done)
 		if err != nil {
@@ -636,13 +636,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if room == 0 {
 			continue
 		}
-		n := min(room, chunk)
+		n := room
 		copy(c.sbuf.Buf()[off:], b[done:done+int(n)])
 		if err := c.post(off, n); err != nil {
 			return done, err
 		}
 		done += int(n)
-		chunk = min(2*chunk, maxMessage)
 	}
 	return done, nil
 }
