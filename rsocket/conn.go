@@ -67,7 +67,8 @@ type Conn struct {
 	inflight  int   // posted sends not yet completed
 	sentDisc  bool  // this side posted DISCONNECT
 	peerDisc  bool  // the peer sent DISCONNECT
-	closed    bool  // Close was called
+	closing   bool  // Close was called
+	closed    bool  // Close has told the peer: every call fails
 	err       error // why the connection failed, if it did
 	stats     Stats
 
@@ -815,10 +816,11 @@ const closeWait = time.Second
 // second.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closing {
 		c.mu.Unlock()
 		return c.opError("close", net.ErrClosed)
 	}
+	c.closing = true // one Close runs; the others return at once
 	c.mu.Unlock()
 	bound := make(chan struct{})
 	boundTimer := time.AfterFunc(closeWait, func() { close(bound) })

@@ -73,7 +73,7 @@ func (c *Conn) initState() {
 		granted: half, freeOff: half, avail: half, seqComp: uint16(o.QueueSize / 2), slot: 1}
 	c.tx = txState{nextSlot: 1, sqe: o.QueueSize, avail: uint32(o.SendBuffer)}
 	c.ctrlAvail = ctrlSlots
-	c.inflight, c.sentDisc, c.peerDisc, c.closed, c.err, c.stats = 0, false, false, false, nil, Stats{}
+	c.inflight, c.sentDisc, c.peerDisc, c.closing, c.closed, c.err, c.stats = 0, false, false, false, false, nil, Stats{}
 }
 
 // connData is what this side tells the peer: its credits, its grant slots and the first
