@@ -373,3 +373,57 @@ func TestHTTPShutdownActive(t *testing.T) {
 	}
 	rig.shutdown(t, idle, busy)
 }
+
+// BenchmarkHTTP measures small GETs (a 16-byte body) one after another on one
+// kept-alive connection: over rsocket between two devices, and over Go's TCP on
+// loopback, the baseline. One op is a request and its response.
+func BenchmarkHTTP(b *testing.B) {
+	body := testutil.Pattern(16, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
+	bench := func(b *testing.B, c *http.Client) {
+		ctx := testutil.Context(b)
+		url := "http://softrnic.test/small"
+		b.ReportAllocs()
+		for b.Loop() {
+			got, err := fetch(ctx, c, url, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != len(body) {
+				b.Fatalf("%d bytes, want %d", len(got), len(body))
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	}
+	b.Run("rsocket", func(b *testing.B) {
+		rig := newHTTPRig(b, handler)
+		tr := rig.transport(nil)
+		bench(b, &http.Client{Transport: tr})
+		rig.shutdown(b, tr)
+	})
+	b.Run("tcp", func(b *testing.B) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := &http.Server{Handler: handler}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+		addr := l.Addr().String()
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			},
+		}
+		bench(b, &http.Client{Transport: tr})
+		if err := srv.Shutdown(testutil.Context(b)); err != nil {
+			b.Fatal(err)
+		}
+		<-served
+		tr.CloseIdleConnections()
+	})
+}
