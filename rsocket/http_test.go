@@ -84,29 +84,6 @@ func (l *notifyListener) Close() error {
 	return l.Listener.Close()
 }
 
-// Accept returns the connection with its Close made once-only: during Shutdown,
-// net/http closes an idle connection while the connection's goroutine may close it
-// too, and Conn.Close is not yet safe to call concurrently (TestCloseConcurrent).
-func (l *notifyListener) Accept() (net.Conn, error) {
-	c, err := l.AcceptRsocket()
-	if err != nil {
-		return nil, err
-	}
-	return &closeOnceConn{Conn: c}, nil
-}
-
-// closeOnceConn is a connection whose Close runs once; later calls return its result.
-type closeOnceConn struct {
-	*rsocket.Conn
-	once sync.Once
-	err  error
-}
-
-func (c *closeOnceConn) Close() error {
-	c.once.Do(func() { c.err = c.Conn.Close() })
-	return c.err
-}
-
 // transport is an HTTP client transport (keep-alive on) whose every connection is an
 // rsocket to the rig's server, whatever host the URL names. dials counts them.
 func (r *httpRig) transport(dials *atomic.Int64) *http.Transport {
@@ -222,9 +199,9 @@ func fetch(ctx context.Context, c *http.Client, url string, body []byte) ([]byte
 	return got, nil
 }
 
-// exchange makes one GET or POST of n bytes with the given seed and checks the bytes
+// httpExchange makes one GET or POST of n bytes with the given seed and checks the bytes
 // that come back.
-func exchange(ctx context.Context, c *http.Client, post bool, n int, seed uint64) error {
+func httpExchange(ctx context.Context, c *http.Client, post bool, n int, seed uint64) error {
 	// The host name is arbitrary: the transport dials the rig's server whatever it is.
 	url := fmt.Sprintf("http://softrnic.test/data?n=%d&seed=%d", n, seed)
 	want := testutil.Pattern(n, seed)
@@ -258,7 +235,7 @@ func TestHTTP(t *testing.T) {
 		c := &http.Client{Transport: tr}
 		for _, n := range []int{0, 100, 1 << 20} {
 			for _, post := range []bool{false, true} {
-				if err := exchange(ctx, c, post, n, uint64(n)+1); err != nil {
+				if err := httpExchange(ctx, c, post, n, uint64(n)+1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -278,7 +255,7 @@ func TestHTTP(t *testing.T) {
 			requests = 50
 		}
 		for i := range requests {
-			if err := exchange(ctx, c, i%2 == 1, 1+i%300, uint64(i)); err != nil {
+			if err := httpExchange(ctx, c, i%2 == 1, 1+i%300, uint64(i)); err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}
 		}
@@ -306,7 +283,7 @@ func TestHTTP(t *testing.T) {
 					if i%10 == 0 {
 						n = 64 << 10
 					}
-					if err := exchange(ctx, c, i%2 == 0, n, uint64(k<<16|i)); err != nil {
+					if err := httpExchange(ctx, c, i%2 == 0, n, uint64(k<<16|i)); err != nil {
 						errs <- fmt.Errorf("client %d, request %d: %w", k, i, err)
 						return
 					}
@@ -346,7 +323,7 @@ func TestHTTPShutdownActive(t *testing.T) {
 	ctx := testutil.Context(t)
 
 	idle := rig.transport(nil)
-	if err := exchange(ctx, &http.Client{Transport: idle}, false, 100, 1); err != nil {
+	if err := httpExchange(ctx, &http.Client{Transport: idle}, false, 100, 1); err != nil {
 		t.Fatal(err)
 	}
 	busy := rig.transport(nil)
