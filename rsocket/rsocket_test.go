@@ -19,6 +19,12 @@ func pair(t testing.TB, o rsocket.Options, cfg verbs.DeviceConfig) (client, serv
 	t.Helper()
 	devS := verbstest.OpenDevice(t, verbstest.IPB, cfg)
 	devC := verbstest.OpenDevice(t, verbstest.IPA, cfg)
+	return pairOn(t, devC, devS, o)
+}
+
+// pairOn listens on devS and returns a stream from devC connected to it.
+func pairOn(t testing.TB, devC, devS *verbs.Device, o rsocket.Options) (client, server *rsocket.Conn) {
+	t.Helper()
 	lc := rsocket.ListenConfig{Options: o}
 	l, err := lc.Listen(devS, 7471)
 	if err != nil {
@@ -28,7 +34,7 @@ func pair(t testing.TB, o rsocket.Options, cfg verbs.DeviceConfig) (client, serv
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLimit)
 	defer cancel()
 	d := rsocket.Dialer{Options: o, DevicePort: devS.Addr().Port()}
-	c, err := d.Dial(ctx, devC, netip.AddrPortFrom(verbstest.IPB, 7471))
+	c, err := d.Dial(ctx, devC, netip.AddrPortFrom(devS.Addr().Addr(), 7471))
 	if err != nil {
 		t.Fatal(err)
 	}
