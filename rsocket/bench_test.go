@@ -1,6 +1,7 @@
 package rsocket_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -69,33 +70,59 @@ func BenchmarkPingPong(b *testing.B) {
 	})
 }
 
-// BenchmarkStream writes 64 KiB at a time one way; the reader reads 64 KiB at a time.
+// BenchmarkStream writes 64 KiB or 1 MiB at a time one way, with rstream's buffers (1 MiB
+// rings); the reader reads as much at a time. "rsocket-buffer" writes from a registered
+// Buffer (no copy into the send buffer).
 func BenchmarkStream(b *testing.B) {
-	const size = 64 << 10
-	benchPairs(b, func(b *testing.B, c, s net.Conn) {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			buf := make([]byte, size)
-			for {
-				if _, err := s.Read(buf); err != nil {
-					return
-				}
-			}
-		}()
-		buf := make([]byte, size)
-		b.SetBytes(size)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := c.Write(buf); err != nil {
+	o := benchOptions
+	if o.RecvBuffer == 0 {
+		o.RecvBuffer, o.SendBuffer = 1<<20, 1<<20
+	}
+	for _, size := range []int{64 << 10, 1 << 20} {
+		name := fmt.Sprintf("%dKiB", size>>10)
+		b.Run(name+"/rsocket", func(b *testing.B) {
+			c, s := pair(b, o, benchDevice)
+			stream(b, c, s, size, func(buf []byte) error { _, err := c.Write(buf); return err })
+		})
+		b.Run(name+"/rsocket-buffer", func(b *testing.B) {
+			c, s := pair(b, o, benchDevice)
+			rb, err := c.RegisterBuffer(make([]byte, size))
+			if err != nil {
 				b.Fatal(err)
 			}
+			stream(b, c, s, size, func([]byte) error { _, err := c.WriteBuffer(rb, 0, size); return err })
+		})
+		b.Run(name+"/tcp", func(b *testing.B) {
+			c, s := tcpPair(b)
+			stream(b, c, s, size, func(buf []byte) error { _, err := c.Write(buf); return err })
+		})
+	}
+}
+
+// stream runs b.N writes of size bytes from c while s reads them.
+func stream(b *testing.B, c, s net.Conn, size int, write func([]byte) error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, size)
+		for {
+			if _, err := s.Read(buf); err != nil {
+				return
+			}
 		}
-		b.StopTimer()
-		c.Close()
-		<-done
-	})
+	}()
+	buf := make([]byte, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	<-done
 }
 
 var (

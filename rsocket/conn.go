@@ -64,12 +64,13 @@ type Conn struct {
 	// ctrlAvail is how many control messages (grants, shutdown) may be posted: their
 	// send WRs are kept apart from data's, as librdmacm keeps RS_QP_CTRL_SIZE.
 	ctrlAvail int
-	inflight  int   // posted sends not yet completed
-	sentDisc  bool  // this side posted DISCONNECT
-	peerDisc  bool  // the peer sent DISCONNECT
-	closing   bool  // Close was called
-	closed    bool  // Close has told the peer: every call fails
-	err       error // why the connection failed, if it did
+	inflight  int                  // posted sends not yet completed
+	sentDisc  bool                 // this side posted DISCONNECT
+	peerDisc  bool                 // the peer sent DISCONNECT
+	buffers   map[*Buffer]struct{} // registered with RegisterBuffer, deregistered by Close
+	closing   bool                 // Close was called
+	closed    bool                 // Close has told the peer: every call fails
+	err       error                // why the connection failed, if it did
 	stats     Stats
 
 	rwake, wwake chan struct{} // a state change readers or writers wait for
@@ -101,11 +102,12 @@ const maxMessage = 1 << 20
 
 // Work request IDs: the kind in the top byte, a data message's length below.
 const (
-	wrData = 1 << 56
-	wrCtrl = 2 << 56
-	wrDisc = 3 << 56
-	wrRecv = 4 << 56
-	wrKind = 0xFF << 56
+	wrData   = 1 << 56
+	wrCtrl   = 2 << 56
+	wrDisc   = 3 << 56
+	wrRecv   = 4 << 56
+	wrBuffer = 5 << 56 // a data message from a Buffer
+	wrKind   = 0xFF << 56
 )
 
 // rxState is the receiving side: the ring the peer writes into, what has arrived and
@@ -139,6 +141,9 @@ type txState struct {
 	head      uint32 // where the next message goes in the send buffer
 	avail     uint32 // free bytes of the send buffer
 	shut      bool   // CloseWrite
+	// fromBuffers counts data messages posted from a Buffer and not yet completed:
+	// WriteBuffer returns when its own are done.
+	fromBuffers int
 }
 
 func (r *rxState) push(n uint32) {
@@ -451,6 +456,9 @@ func (c *Conn) onSend(wc *verbs.WorkCompletion) {
 	case wrData:
 		c.tx.sqe++
 		c.tx.avail += uint32(wc.WRID &^ wrKind)
+	case wrBuffer:
+		c.tx.sqe++
+		c.tx.fromBuffers--
 	default:
 		c.ctrlAvail++
 	}
@@ -680,6 +688,12 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // writable returns where in the send buffer the next message of at most want bytes
 // goes and how long it may be (wlock held); zero after a wait, to look again.
 func (c *Conn) writable(want int) (off, room uint32, err error) {
+	return c.sendable(want, true)
+}
+
+// sendable is writable for a message from the send buffer (sbuf) or from memory of
+// the caller's (a Buffer), which the send buffer's space does not limit.
+func (c *Conn) sendable(want int, sbuf bool) (off, room uint32, err error) {
 	dl := c.wdl.wait()
 	c.mu.Lock()
 	t := &c.tx
@@ -699,10 +713,13 @@ func (c *Conn) writable(want int) (off, room uint32, err error) {
 		c.mu.Unlock()
 		return 0, 0, c.opError("write", err)
 	}
-	if t.sqe > 0 && t.avail > 0 && t.gN > 0 && t.seq != t.seqComp {
-		size := uint32(len(c.sbuf.Buf()) - sgeLen)
-		room = min(uint32(want), maxMessage, t.avail, size-t.head, t.grants[t.gHead].Len)
-		off = t.head
+	if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp && (t.avail > 0 || !sbuf) {
+		room = min(uint32(want), maxMessage, t.grants[t.gHead].Len)
+		if sbuf {
+			size := uint32(len(c.sbuf.Buf()) - sgeLen)
+			room = min(room, t.avail, size-t.head)
+			off = t.head
+		}
 		c.mu.Unlock()
 		return off, room, nil
 	}
@@ -718,10 +735,21 @@ func (c *Conn) writable(want int) (off, room uint32, err error) {
 func (c *Conn) post(off, n uint32) error {
 	c.mu.Lock()
 	t := &c.tx
+	size := uint32(len(c.sbuf.Buf()) - sgeLen)
+	t.head = (t.head + n) % size
+	t.avail -= n
+	return c.postLocked(c.sbuf.SGE(int(off), int(n)), wrData|uint64(n))
+}
+
+// postLocked sends sg as one data message into the current grant (wlock and mu held;
+// it unlocks mu).
+func (c *Conn) postLocked(sg verbs.SGE, id uint64) error {
+	t := &c.tx
+	n := sg.Length
 	g := &t.grants[t.gHead]
 	wr := &c.dataWR[0]
-	c.dataSGE[0] = c.sbuf.SGE(int(off), int(n))
-	*wr = verbs.SendWR{WRID: wrData | uint64(n), SGList: c.dataSGE[:], Opcode: verbs.WRRDMAWriteWithImm,
+	c.dataSGE[0] = sg
+	*wr = verbs.SendWR{WRID: id, SGList: c.dataSGE[:], Opcode: verbs.WRRDMAWriteWithImm,
 		SendFlags: verbs.SendSignaled, ImmData: imm(opData, n), RemoteAddr: g.Addr, RKey: g.Key}
 	if int(n) <= c.o.InlineSize {
 		wr.SendFlags |= verbs.SendInline
@@ -732,9 +760,6 @@ func (c *Conn) post(off, n uint32) error {
 		t.gHead = (t.gHead + 1) % grantSlots
 		t.gN--
 	}
-	size := uint32(len(c.sbuf.Buf()) - sgeLen)
-	t.head = (t.head + n) % size
-	t.avail -= n
 	t.sqe--
 	t.seq++
 	c.inflight++
@@ -878,6 +903,13 @@ func (c *Conn) release() error {
 	}
 	if c.ch != nil {
 		errs = append(errs, c.ch.DestroyCompChannel())
+	}
+	c.mu.Lock()
+	buffers := c.buffers
+	c.buffers = nil
+	c.mu.Unlock()
+	for b := range buffers {
+		errs = append(errs, b.mr.DeregMR())
 	}
 	for _, mr := range []*verbs.MR{c.ring, c.target, c.sbuf} {
 		if mr != nil {
