@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/cmtool"
 	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -282,6 +283,68 @@ func TestClientStream(t *testing.T) {
 	}
 	if len(cc.results) != 8 {
 		t.Errorf("%d results, want 8", len(cc.results))
+	}
+}
+
+// The server's byte stream, against rstream's client written out: per test the sync and
+// the transfers, both connections of the size sets, each closed by the server once its
+// tests are done (EOF), the pattern running on across them.
+func TestServerStream(t *testing.T) {
+	short := func(size int) int { return 2 }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listening := make(chan netip.AddrPort, 1)
+	cfg := Config{Bind: netip.MustParseAddr("127.0.0.2"), Sockets: true, Verify: true, CountFor: short,
+		Local: cmtool.Local{Listening: func(a netip.AddrPort) { listening <- a }}}
+	cs := &collector{}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- run(ctx, &cfg, cs.output()) }()
+	var addr netip.AddrPort
+	select {
+	case addr = <-listening:
+	case err := <-srvErr:
+		t.Fatalf("server: %v", err)
+	}
+	var out, in byte // the client sends first
+	for _, kind := range []string{"lat", "bw"} {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{64, 4096, 65536, 1 << 20} {
+			count, iters := 1, 2
+			if kind == "bw" {
+				count, iters = 2, 1
+			}
+			if err := answer(c, 16, &out); err != nil {
+				t.Fatal(err)
+			}
+			if err := expect(c, 16, &in); err != nil {
+				t.Fatalf("%s %d: sync: %v", kind, size, err)
+			}
+			for range iters {
+				for range count {
+					if err := answer(c, size, &out); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range count {
+					if err := expect(c, size, &in); err != nil {
+						t.Fatalf("%s %d: %v", kind, size, err)
+					}
+				}
+			}
+		}
+		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("%s: after the tests: %d bytes, %v; want EOF (the server closes)", kind, n, err)
+		}
+		c.Close()
+	}
+	if err := <-srvErr; err != nil {
+		t.Fatalf("server: %v\n%s", err, cs.log.String())
+	}
+	if len(cs.results) != 8 {
+		t.Errorf("%d results, want 8", len(cs.results))
 	}
 }
 
