@@ -202,7 +202,7 @@ type Result struct {
 	CPUSeconds float64 `json:"cpu_s,omitempty"`
 	SysSeconds float64 `json:"cpu_sys_s,omitempty"`
 	CPUPerGiB  float64 `json:"cpu_s_per_GiB,omitempty"`
-	Verified   bool    `json:"verified,omitempty"` // -T v: every byte received was checked
+	Verified   bool    `json:"checked,omitempty"` // -T v: every byte received was checked (rperf's name)
 	// Rsocket is what the connection received and did not act on (rsockets only);
 	// Counters the device's and connection manager's counters after the test.
 	Rsocket  *rsocket.Stats   `json:"rsocket,omitempty"`
