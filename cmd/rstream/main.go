@@ -49,6 +49,12 @@
 // connection manager's counters after each test), --pcap FILE, --timeout, --cpuprofile
 // FILE. Fault injection comes from SOFTRNIC_FAULTS, as for every device.
 //
+// Where it differs from rstream, off the wire: a client's -b binds its source address
+// with any port (rstream binds the -p port too); an rsocket server's listener takes the
+// inline size of the first set for both connections (rstream changes it between them;
+// the peer cannot see it); a test that fails ends the run (rstream goes on with the next
+// test of the set, the two sides' byte counts then out of step).
+//
 // The exit status is 0 when every test ran (and every byte matched, with -T v), 1
 // otherwise.
 package main
