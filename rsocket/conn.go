@@ -551,13 +551,22 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		off, n, err := c.readable("read")
-		if err != nil || n > 0 {
-			if n == 0 {
-				return 0, err
+		if n == 0 && err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			// What has arrived, message after message, as far as b goes.
+			total := 0
+			for n > 0 {
+				k := copy(b[total:], c.ring.Buf()[off:off+n])
+				c.consumed(uint32(k))
+				total += k
+				if total == len(b) {
+					break
+				}
+				off, n, _ = c.readable("read")
 			}
-			k := copy(b, c.ring.Buf()[off:off+n])
-			c.consumed(uint32(k))
-			return k, nil
+			return total, nil
 		}
 		if err := c.waitEvent(c.rwake, c.rdl.wait()); err != nil {
 			return 0, c.opError("read", err)
