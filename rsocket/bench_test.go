@@ -92,6 +92,17 @@ func BenchmarkStream(b *testing.B) {
 			}
 			stream(b, c, s, size, func([]byte) error { _, err := c.WriteBuffer(rb, 0, size); return err })
 		})
+		b.Run(name+"/rsocket-zerocopy", func(b *testing.B) {
+			// No copy either side: WriteBuffer from registered memory, WriteTo
+			// (io.Copy's path) straight out of the ring.
+			c, s := pair(b, o, benchDevice)
+			rb, err := c.RegisterBuffer(make([]byte, size))
+			if err != nil {
+				b.Fatal(err)
+			}
+			streamTo(b, c, s, size, func([]byte) error { _, err := c.WriteBuffer(rb, 0, size); return err },
+				func() { s.WriteTo(io.Discard) })
+		})
 		b.Run(name+"/tcp", func(b *testing.B) {
 			c, s := tcpPair(b)
 			stream(b, c, s, size, func(buf []byte) error { _, err := c.Write(buf); return err })
@@ -101,15 +112,22 @@ func BenchmarkStream(b *testing.B) {
 
 // stream runs b.N writes of size bytes from c while s reads them.
 func stream(b *testing.B, c, s net.Conn, size int, write func([]byte) error) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	streamTo(b, c, s, size, write, func() {
 		buf := make([]byte, size)
 		for {
 			if _, err := s.Read(buf); err != nil {
 				return
 			}
 		}
+	})
+}
+
+// streamTo runs b.N writes of size bytes from c while read consumes them at s.
+func streamTo(b *testing.B, c, s net.Conn, size int, write func([]byte) error, read func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		read()
 	}()
 	buf := make([]byte, size)
 	b.SetBytes(int64(size))
