@@ -42,6 +42,11 @@ type Conn struct {
 	peerTarget    sge  // the peer's grant slots
 	rq            int  // receive queue depth, the credits this side gives
 
+	// Locks. rlock and wlock serialise Reads and Writes (the ring's one reader, the send
+	// buffer's one writer) and are held across their waits; no call holds both but WriteTo
+	// into the same connection (rlock, then wlock). ctrlMu is taken before mu, never after;
+	// pollMu is only ever tried (progress), never waited for, and its holder may take
+	// ctrlMu and mu. No lock is held across a wait but rlock and wlock.
 	rlock sync.Mutex // serialises Reads (the receive ring's reader)
 	wlock sync.Mutex // serialises Writes (the send buffer's writer)
 
@@ -868,10 +873,12 @@ func (c *Conn) Close() error {
 	close(c.done)
 	wake(c.rwake)
 	wake(c.wwake)
+	// Wait for a Read or Write that was already past its check of c.closed (copying
+	// from the ring or into the send buffer) to leave; later ones fail at that check.
 	c.rlock.Lock()
+	c.rlock.Unlock()
 	c.wlock.Lock()
-	defer c.rlock.Unlock()
-	defer c.wlock.Unlock()
+	c.wlock.Unlock()
 	// Let the sends finish (their memory is freed below).
 	for {
 		c.mu.Lock()
