@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/perf"
 	"github.com/softrnic/softrnic/rsocket"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -350,7 +351,7 @@ func (s *session) runTest(c net.Conn, t test) (*Result, error) {
 	if err := then(c, syncSize); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
-	cpu0, sys0, cpuOK := processCPU()
+	cpu0, sys0, cpuOK := perf.ProcessCPU()
 	start := time.Now()
 	for range t.iters {
 		for range t.count {
@@ -365,7 +366,7 @@ func (s *session) runTest(c net.Conn, t test) (*Result, error) {
 		}
 	}
 	d := time.Since(start)
-	cpu1, sys1, _ := processCPU()
+	cpu1, sys1, _ := perf.ProcessCPU()
 	r := &Result{Tool: "rstream", Test: t.name, Transport: s.tr.name(), Role: s.end.role(),
 		Size: t.size, Xfers: t.count, Iters: t.iters, Verified: s.pat != nil}
 	r.Bytes = int64(t.iters) * int64(t.count) * int64(t.size) * 2

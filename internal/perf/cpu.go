@@ -14,7 +14,7 @@ type clock struct {
 }
 
 func startClock() clock {
-	cpu, sys, ok := processCPU()
+	cpu, sys, ok := ProcessCPU()
 	return clock{wall: time.Now(), cpu: cpu, sys: sys, ok: ok}
 }
 
@@ -24,7 +24,7 @@ func (k clock) elapsed() time.Duration { return time.Since(k.wall) }
 // of payload moved and per data packet (messages of c.Size bytes cut at c.MTU). In a
 // loopback run the process holds both sides, so the figures are both sides' together.
 func (k clock) account(c *Config, r *Result) {
-	cpu, sys, ok := processCPU()
+	cpu, sys, ok := ProcessCPU()
 	if !ok || !k.ok || r.Iters == 0 {
 		return
 	}

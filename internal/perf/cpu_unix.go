@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// processCPU returns the CPU time the process has used, user and system together, and the
+// ProcessCPU returns the CPU time the process has used, user and system together, and the
 // system part (getrusage).
-func processCPU() (total, sys time.Duration, ok bool) {
+func ProcessCPU() (total, sys time.Duration, ok bool) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0, 0, false

@@ -51,7 +51,7 @@ func TestLoopbackAll(t *testing.T) {
 			if r.Iters != c.Iters || r.Seconds <= 0 || !r.Checked || r.Counters == nil || r.Counters.Client.TxPackets == 0 {
 				t.Fatalf("%s: result %+v", test, r)
 			}
-			if _, _, ok := processCPU(); ok && (r.CPUSeconds <= 0 || r.CPUPerGiB <= 0 || r.CPUPerPacket <= 0) {
+			if _, _, ok := ProcessCPU(); ok && (r.CPUSeconds <= 0 || r.CPUPerGiB <= 0 || r.CPUPerPacket <= 0) {
 				t.Fatalf("%s: no CPU figures in %+v", test, r)
 			}
 			if strings.HasSuffix(test, "_lat") && (r.Lat == nil || r.Lat.Min > r.Lat.P50 || r.Lat.P50 > r.Lat.Max) {
