@@ -527,10 +527,12 @@ func (c *Conn) waitUntil(ch chan struct{}, dl, stop <-chan struct{}) error {
 		c.progress()
 		c.mu.Lock()
 		if c.err == nil && !c.peerDisc {
-			c.peerDisc = true
-			c.rx.peerDone = true
-			if err := c.cn.Err(); !errors.Is(err, cm.ErrDisconnected) {
-				c.err = err
+			if err := c.cn.Err(); errors.Is(err, cm.ErrDisconnected) {
+				// Disconnected without rsockets' DISCONNECT first: the end of the
+				// stream all the same.
+				c.peerDisc, c.rx.peerDone = true, true
+			} else {
+				c.err = err // the peer is gone: an error, not an end of stream
 			}
 		}
 		c.mu.Unlock()
@@ -593,11 +595,13 @@ func (c *Conn) readable(op string) (off, n uint32, err error) {
 	if off, n = c.rx.readable(); n > 0 {
 		return off, n, nil
 	}
+	if c.rx.peerDone {
+		// The peer's SHUTDOWN or DISCONNECT came after all its data: the stream ended
+		// cleanly, whatever failed after it (librdmacm moves its QP to ERR then).
+		return 0, 0, io.EOF
+	}
 	if c.err != nil {
 		return 0, 0, c.opError(op, c.err)
-	}
-	if c.rx.peerDone {
-		return 0, 0, io.EOF
 	}
 	return 0, 0, nil
 }
