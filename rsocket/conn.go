@@ -35,12 +35,17 @@ type Conn struct {
 	qp     *verbs.QP
 	ring   *verbs.MR // the receive ring the peer writes data into
 	target *verbs.MR // the grant slots the peer writes into
-	sbuf   *verbs.MR // Write's buffer; its last sgeLen bytes are the grant scratch
+	sbuf   *verbs.MR // Write's buffer, then the scratch of a grant and of an iomap entry
 
 	local, remote Addr
 	peerBE        bool // the peer reads grants big-endian
-	peerTarget    sge  // the peer's grant slots
-	rq            int  // receive queue depth, the credits this side gives
+	peerTarget    sge  // the peer's grant slots (its iomap table follows them)
+	// peerIOMap are this side's mappings, by their index in the peer's iomap table
+	// (guarded by wlock); iomaps the peer's, as it wrote them into this side's table
+	// (guarded by mu).
+	peerIOMap []*Mapping
+	iomaps    []ioEntry
+	rq        int // receive queue depth, the credits this side gives
 
 	// Locks. rlock and wlock serialise Reads and Writes (the ring's one reader, the send
 	// buffer's one writer) and are held across their waits; no call holds both but WriteTo
@@ -112,6 +117,7 @@ const (
 	wrDisc   = 3 << 56
 	wrRecv   = 4 << 56
 	wrBuffer = 5 << 56 // a data message from a Buffer
+	wrIOMap  = 6 << 56 // an entry of the peer's iomap table
 	wrKind   = 0xFF << 56
 )
 
@@ -212,7 +218,7 @@ func (c *Conn) creditsLocked(wr *verbs.SendWR) bool {
 		ImmData: imm(opSGL, credit)}
 	if r.avail >= r.half {
 		g := sge{Addr: c.ring.Addr() + uint64(r.freeOff), Key: c.ring.RKey(), Len: r.half}
-		scratch := len(c.sbuf.Buf()) - sgeLen
+		scratch := c.o.SendBuffer // the grant scratch, after the send buffer
 		putSGE(c.sbuf.Buf()[scratch:], g, c.peerBE)
 		c.ctrlSGE[0] = c.sbuf.SGE(scratch, sgeLen)
 		wr.SGList = c.ctrlSGE[:]
@@ -411,7 +417,9 @@ func (c *Conn) onRecv(wc *verbs.WorkCompletion) bool {
 			c.stats.Ignored++
 		}
 		return true
-	default: // iomap entries (this side offers no iomap) and operations never sent
+	case opIOMapSGL:
+		return c.onIOMap(v, wc.ByteLen)
+	default: // operations librdmacm never sends
 		c.stats.Ignored++
 		return false
 	}
@@ -464,6 +472,8 @@ func (c *Conn) onSend(wc *verbs.WorkCompletion) {
 	case wrBuffer:
 		c.tx.sqe++
 		c.tx.fromBuffers--
+	case wrIOMap:
+		c.tx.sqe++
 	default:
 		c.ctrlAvail++
 	}
@@ -715,26 +725,14 @@ func (c *Conn) sendable(want int, sbuf bool) (off, room uint32, err error) {
 	dl := c.wdl.wait()
 	c.mu.Lock()
 	t := &c.tx
-	switch {
-	case c.closed:
-		err = net.ErrClosed
-	case isClosed(dl):
-		err = os.ErrDeadlineExceeded
-	case t.shut:
-		err = syscall.EPIPE
-	case c.err != nil:
-		err = c.err
-	case c.peerDisc:
-		err = syscall.ECONNRESET
-	}
-	if err != nil {
+	if err := c.writeErrLocked(dl); err != nil {
 		c.mu.Unlock()
 		return 0, 0, c.opError("write", err)
 	}
 	if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp && (t.avail > 0 || !sbuf) {
 		room = min(uint32(want), maxMessage, t.grants[t.gHead].Len)
 		if sbuf {
-			size := uint32(len(c.sbuf.Buf()) - sgeLen)
+			size := uint32(c.o.SendBuffer)
 			room = min(room, t.avail, size-t.head)
 			off = t.head
 		}
@@ -748,12 +746,29 @@ func (c *Conn) sendable(want int, sbuf bool) (off, room uint32, err error) {
 	return 0, 0, nil
 }
 
+// writeErrLocked is why nothing may be written now, if anything (mu held).
+func (c *Conn) writeErrLocked(dl <-chan struct{}) error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case isClosed(dl):
+		return os.ErrDeadlineExceeded
+	case c.tx.shut:
+		return syscall.EPIPE
+	case c.err != nil:
+		return c.err
+	case c.peerDisc:
+		return syscall.ECONNRESET
+	}
+	return nil
+}
+
 // post sends n bytes at off of the send buffer as one data message into the current
 // grant (wlock held, after writable said they fit).
 func (c *Conn) post(off, n uint32) error {
 	c.mu.Lock()
 	t := &c.tx
-	size := uint32(len(c.sbuf.Buf()) - sgeLen)
+	size := uint32(c.o.SendBuffer)
 	t.head = (t.head + n) % size
 	t.avail -= n
 	return c.postLocked(c.sbuf.SGE(int(off), int(n)), wrData|uint64(n))

@@ -16,8 +16,10 @@
 // deadlines, half-close and Close included; Write copies into a registered send buffer,
 // and ReadFrom and WriteTo (which io.Copy uses) copy each byte once.
 //
+// IOMap and IOWrite are rsockets' riomap and riowrite: direct RDMA WRITEs into a
+// buffer the peer mapped, around the stream.
+//
 // Options (buffer and queue sizes, the ordering mode) are set on a Dialer or a
 // ListenConfig, as a C program sets socket options before connecting. docs/rsocket.md
-// describes the protocol, what softrnic leaves out of it (direct writes into mapped
-// buffers, riowrite), and the figures.
+// describes the protocol, what softrnic leaves out of it, and the figures.
 package rsocket

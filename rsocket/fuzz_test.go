@@ -42,7 +42,8 @@ var (
 //
 // Each record of the input is 9 bytes: the immediate (4), the byte count (4), and a
 // byte whose low bits say how much to read after it; a record for a 16-byte grant is
-// followed by the 16 bytes the peer wrote into the target slot.
+// followed by the 16 bytes the peer wrote into the target slot, one for a 24-byte iomap
+// entry by the entry.
 func FuzzReceive(f *testing.F) {
 	rec := func(imm, n uint32, read byte, grant ...byte) []byte {
 		b := binary.BigEndian.AppendUint32(nil, imm)
@@ -67,7 +68,7 @@ func FuzzReceive(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o, _ := Options{RecvBuffer: 16 << 10, SendBuffer: 4 << 10, QueueSize: 16}.withDefaults()
+			o, _ := Options{RecvBuffer: 16 << 10, SendBuffer: 4 << 10, QueueSize: 16, IOMapSize: 2}.withDefaults()
 			c, err := newConn(dev, o)
 			if err != nil {
 				t.Fatal(err)
@@ -79,6 +80,7 @@ func FuzzReceive(f *testing.F) {
 		defer c.mu.Unlock()
 		c.initState()
 		c.tx.grants[0], c.tx.gN = sge{Addr: 1, Key: 1, Len: 8192}, 1
+		c.iomaps = make([]ioEntry, c.o.IOMapSize)
 		for len(in) >= 9 {
 			wc := verbs.WorkCompletion{WRID: wrRecv, Opcode: verbs.WCRecvRDMAWithImm,
 				ImmData: binary.BigEndian.Uint32(in), ByteLen: binary.BigEndian.Uint32(in[4:])}
@@ -87,6 +89,10 @@ func FuzzReceive(f *testing.F) {
 			if wc.ByteLen == sgeLen && len(in) >= sgeLen {
 				copy(c.target.Buf()[sgeLen*c.tx.nextSlot:], in[:sgeLen])
 				in = in[sgeLen:]
+			}
+			if op, v := immOp(wc.ImmData); op == opIOMapSGL && wc.ByteLen == iomapLen && v < 2 && len(in) >= iomapLen {
+				copy(c.target.Buf()[grantSlots*sgeLen+iomapLen*int(v):], in[:iomapLen])
+				in = in[iomapLen:]
 			}
 			c.onRecv(&wc)
 			check(t, c)

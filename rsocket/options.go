@@ -23,6 +23,10 @@ type Options struct {
 	// InlineSize is the largest message sent inline, its bytes copied into the work
 	// request as it is posted (default 64, at least 16).
 	InlineSize int
+	// IOMapSize is how many buffers the peer may map into this side's iomap table
+	// (librdmacm's RDMA_IOMAPSIZE, default 0; riostream uses 1): the peer's IOMap
+	// entries, which this side's IOWrite writes into.
+	IOMapSize int
 	// Ordering is the ordering mode offered (verbs.OrderingWeak is used only between
 	// softrnic devices that both offer it; a standard peer gets ordered mode).
 	Ordering verbs.Ordering
@@ -51,6 +55,7 @@ const (
 	minQueueSize = 16     // librdmacm's RS_QP_MIN_SIZE
 	maxQueueSize = 0x4000 // credits are 16-bit; kept well below
 	maxInline    = 256
+	maxIOMap     = 128 // the connect block's one byte carries up to 128 as it is
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -75,7 +80,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("QueueSize %d: want %d..%d", o.QueueSize, minQueueSize, maxQueueSize)
 	case o.InlineSize < 0 || o.InlineSize > maxInline:
 		return o, fmt.Errorf("InlineSize %d: want 0..%d", o.InlineSize, maxInline)
+	case o.IOMapSize < 0 || o.IOMapSize > maxIOMap:
+		return o, fmt.Errorf("IOMapSize %d: want 0..%d", o.IOMapSize, maxIOMap)
 	}
-	o.InlineSize = max(o.InlineSize, sgeLen) // grants go inline
+	o.InlineSize = max(o.InlineSize, iomapLen) // grants and iomap entries go inline
 	return o, nil
 }

@@ -45,10 +45,10 @@ func newConn(dev *verbs.Device, o Options) (c *Conn, err error) {
 	if c.ring, err = c.pd.RegMR(make([]byte, o.RecvBuffer), remote); err != nil {
 		return nil, err
 	}
-	if c.target, err = c.pd.RegMR(make([]byte, grantSlots*sgeLen), remote); err != nil {
+	if c.target, err = c.pd.RegMR(make([]byte, grantSlots*sgeLen+iomapLen*o.IOMapSize), remote); err != nil {
 		return nil, err
 	}
-	if c.sbuf, err = c.pd.RegMR(make([]byte, o.SendBuffer+sgeLen), 0); err != nil {
+	if c.sbuf, err = c.pd.RegMR(make([]byte, o.SendBuffer+sgeLen+iomapLen), 0); err != nil {
 		return nil, err
 	}
 	c.initState()
@@ -79,7 +79,7 @@ func (c *Conn) initState() {
 // connData is what this side tells the peer: its credits, its grant slots and the first
 // half of its ring.
 func (c *Conn) connData() []byte {
-	d := connData{Version: version, Flags: flagIOMap, Credits: uint16(c.rq),
+	d := connData{Version: version, Flags: flagIOMap, Credits: uint16(c.rq), IOMap: c.o.IOMapSize,
 		Target:  sge{Addr: c.target.Addr(), Key: c.target.RKey(), Len: grantSlots},
 		DataBuf: sge{Addr: c.ring.Addr(), Key: c.ring.RKey(), Len: c.rx.half}}
 	b := make([]byte, connDataLen)
@@ -92,6 +92,8 @@ func (c *Conn) start(cn *cm.Conn, d connData) {
 	c.cn = cn
 	c.peerBE = d.Flags&flagNet != 0
 	c.peerTarget = d.Target
+	c.peerIOMap = make([]*Mapping, min(d.IOMap, maxIOMap))
+	c.iomaps = make([]ioEntry, c.o.IOMapSize)
 	c.tx.grants[0] = d.DataBuf
 	c.tx.gN = 1
 	c.tx.seqComp = d.Credits
