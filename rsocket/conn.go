@@ -48,8 +48,9 @@ type Conn struct {
 	rq        int // receive queue depth, the credits this side gives
 
 	// Locks. rlock and wlock serialise Reads and Writes (the ring's one reader, the send
-	// buffer's one writer) and are held across their waits; no call holds both but WriteTo
-	// into the same connection (rlock, then wlock). ctrlMu is taken before mu, never after;
+	// buffer's one writer) and are held across their waits; Close takes both, rlock
+	// first, as WriteTo into the same connection does (ReadFrom from the same connection
+	// would take them the other way: it is refused). ctrlMu is taken before mu, never after;
 	// pollMu is only ever tried (progress), never waited for, and its holder may take
 	// ctrlMu and mu. No lock is held across a wait but rlock and wlock.
 	rlock sync.Mutex // serialises Reads (the receive ring's reader)
@@ -686,6 +687,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 // ReadFrom writes what r yields to the stream until io.EOF, reading straight into the
 // send buffer (io.Copy uses it).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if r == io.Reader(c) {
+		return 0, c.opError("write", errors.New("ReadFrom the connection itself"))
+	}
 	c.wlock.Lock()
 	defer c.wlock.Unlock()
 	var total int64
@@ -895,9 +899,9 @@ func (c *Conn) Close() error {
 	// Wait for a Read or Write that was already past its check of c.closed (copying
 	// from the ring or into the send buffer) to leave; later ones fail at that check.
 	c.rlock.Lock()
-	c.rlock.Unlock()
+	defer c.rlock.Unlock()
 	c.wlock.Lock()
-	c.wlock.Unlock()
+	defer c.wlock.Unlock()
 	// Let the sends finish (their memory is freed below).
 	for {
 		c.mu.Lock()
