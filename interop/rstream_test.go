@@ -397,6 +397,16 @@ func (c rsocketCell) run(t *testing.T, vm *rxevm.VM) rsocketResult {
 		}
 	}
 	if res.hostErr != nil {
+		select {
+		case <-job.Done():
+		default:
+			// Where the guest's program waits, for the report.
+			gctx, gcancel := context.WithTimeout(context.Background(), time.Minute)
+			out, _, _, _ := vm.Exec(gctx, "command -v gdb >/dev/null && for p in $(pidof "+strings.Fields(guestCmd)[0]+
+				"); do gdb -p $p -batch -ex 'thread apply all bt' 2>&1 | grep '^#'; done")
+			gcancel()
+			t.Logf("the guest's program, still running:\n%s", out)
+		}
 		_ = job.Signal("TERM")
 	}
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
