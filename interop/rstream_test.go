@@ -245,10 +245,15 @@ type rstreamCell struct {
 	guestServer bool
 	args        string
 	timeout     time.Duration
+	// skip, if set, is why the cell does not run.
+	skip string
 }
 
 func (c rstreamCell) run(t *testing.T, vm *rxevm.VM) {
 	record(t, "rstream", c.guestServer, "rsocket; "+c.args)
+	if c.skip != "" {
+		t.Skip(c.skip)
+	}
 	plan, err := parseRstream(c.args)
 	if err != nil {
 		t.Fatal(err)
@@ -542,7 +547,8 @@ func TestRstream(t *testing.T) {
 		{name: "guest-server/keepalive", guestServer: true, args: "-S 65536 -C 300 -k 1 -T v"},
 		{name: "host-server/keepalive", args: "-S 65536 -C 300 -k 1 -T v"},
 		{name: "guest-server/default", guestServer: true, args: "-T v", timeout: 10 * time.Minute},
-		{name: "host-server/default", args: "-T v", timeout: 10 * time.Minute},
+		{name: "host-server/default", args: "-T v", timeout: 10 * time.Minute, skip: "stalls in about one run of two " +
+			"(see docs/interop.md, rsockets): rstream's side stops seeing a completion for a message rxe acknowledged"},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
 	}
