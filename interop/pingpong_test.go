@@ -255,19 +255,29 @@ func ppCapture(ctx context.Context, vm *rxevm.VM, path string) (stop func() erro
 		<-rest
 		_ = cmd.Wait()
 		out := text()
-		if i := strings.Index(out, " packets dropped by kernel"); i >= 0 {
-			j := strings.LastIndexByte(out[:i], '\n') + 1
-			n, err := strconv.Atoi(out[j:i])
-			if err != nil {
-				return fmt.Errorf("tcpdump: %s", out)
-			}
-			if n != 0 {
-				return &captureDropError{n, out}
-			}
-			return nil
+		n, ok := kernelDrops(out)
+		switch {
+		case !ok:
+			return fmt.Errorf("tcpdump ended without its statistics: %s", out)
+		case n != 0:
+			return &captureDropError{n, out}
 		}
-		return fmt.Errorf("tcpdump ended without its statistics: %s", out)
+		return nil
 	}, nil
+}
+
+// kernelDrops reads the count of tcpdump's last statistics line, "N packets dropped by
+// kernel" ("1 packet dropped by kernel": tcpdump writes the singular for one).
+func kernelDrops(stderr string) (n int, ok bool) {
+	for _, line := range strings.Split(stderr, "\n") {
+		for _, suffix := range []string{" packets dropped by kernel", " packet dropped by kernel"} {
+			if num, found := strings.CutSuffix(strings.TrimSpace(line), suffix); found {
+				v, err := strconv.Atoi(num)
+				return v, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // captureDropError says the kernel dropped packets before tcpdump read them (a burst of
@@ -279,4 +289,21 @@ type captureDropError struct {
 
 func (e *captureDropError) Error() string {
 	return fmt.Sprintf("tcpdump: %d packets dropped by the kernel: %s", e.dropped, e.out)
+}
+
+func TestKernelDrops(t *testing.T) {
+	for _, c := range []struct {
+		in string
+		n  int
+		ok bool
+	}{
+		{"listening on br0\n12 packets captured\n12 packets received by filter\n0 packets dropped by kernel", 0, true},
+		{"41869 packets captured\n41870 packets received by filter\n1 packet dropped by kernel", 1, true},
+		{"9 packets dropped by kernel\n", 9, true},
+		{"tcpdump: listening on br0", 0, false},
+	} {
+		if n, ok := kernelDrops(c.in); n != c.n || ok != c.ok {
+			t.Errorf("kernelDrops(%q) = %d, %v; want %d, %v", c.in, n, ok, c.n, c.ok)
+		}
+	}
 }

@@ -46,8 +46,10 @@ func (d *Dialer) Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPor
 	if err != nil {
 		return nil, opErr(err)
 	}
+	co := connectOptions(o)
+	co.Timeout = ackTimeout
 	cn, err := cm.Dial(ctx, dev, addr, c.qp, &cm.DialParams{PrivateData: c.connData(), DevicePort: d.DevicePort,
-		KeepAlive: o.KeepAlive, Options: connectOptions(o)})
+		KeepAlive: o.KeepAlive, Options: co})
 	if err != nil {
 		c.abort()
 		return nil, opErr(err)
@@ -62,6 +64,14 @@ func (d *Dialer) Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPor
 	c.start(cn, pd)
 	return c, nil
 }
+
+// ackTimeout is the local ACK timeout a dialled connection asks for (4.096 µs × 2^19,
+// 2.1 s), what a C program's rconnect gets from Linux's rdma_cm on RoCE. The listener's
+// side takes it from the request, as Linux's does, so it sets both sides' retransmission
+// timer. With verbs' default (67 ms) a standard peer that answers slowly, rxe under load
+// say, makes both sides retransmit early and a pause of half a second exhausts the seven
+// retries, ending the connection.
+const ackTimeout = 19
 
 // connectOptions are the QP attributes rsockets ask for: seven transport retries and
 // RNR retries for ever (a receive is reposted the moment its completion is seen).
