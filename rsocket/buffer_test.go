@@ -24,7 +24,7 @@ func TestWriteBuffer(t *testing.T) {
 				if lossy {
 					faults = verbs.Faults{Loss: 0.02, Reorder: 0.05, Seed: 3}
 				}
-				c, s := pair(t, rsocket.Options{Ordering: ord, RecvBuffer: 256 << 10}, verbs.DeviceConfig{Faults: &faults})
+				c, s := pair(t, rsocket.Options{Ordering: ord, RecvBuffer: 256 << 10, ACKTimeout: lossyACK}, verbs.DeviceConfig{Faults: &faults})
 				const size = 1 << 20
 				buf, err := c.RegisterBuffer(make([]byte, size))
 				if err != nil {

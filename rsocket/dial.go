@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/verbs"
@@ -48,6 +49,9 @@ func (d *Dialer) Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPor
 	}
 	co := connectOptions(o)
 	co.Timeout = ackTimeout
+	if o.ACKTimeout > 0 {
+		co.Timeout = ackCode(o.ACKTimeout)
+	}
 	cn, err := cm.Dial(ctx, dev, addr, c.qp, &cm.DialParams{PrivateData: c.connData(), DevicePort: d.DevicePort,
 		KeepAlive: o.KeepAlive, Options: co})
 	if err != nil {
@@ -72,6 +76,16 @@ func (d *Dialer) Dial(ctx context.Context, dev *verbs.Device, addr netip.AddrPor
 // say, makes both sides retransmit early and a pause of half a second exhausts the seven
 // retries, ending the connection.
 const ackTimeout = 19
+
+// ackCode is the local ACK timeout code (4.096 µs × 2^code) of the shortest timeout at
+// least d long.
+func ackCode(d time.Duration) uint8 {
+	code := uint8(1)
+	for code < 31 && 4096*time.Nanosecond<<code < d {
+		code++
+	}
+	return code
+}
 
 // connectOptions are the QP attributes rsockets ask for: seven transport retries and
 // RNR retries for ever (a receive is reposted the moment its completion is seen).

@@ -20,7 +20,7 @@ func TestIOMap(t *testing.T) {
 		if lossy {
 			faults = verbs.Faults{Loss: 0.02, Reorder: 0.05, Seed: 9}
 		}
-		c, s := pair(t, rsocket.Options{IOMapSize: 1, RecvBuffer: 64 << 10}, verbs.DeviceConfig{Faults: &faults})
+		c, s := pair(t, rsocket.Options{IOMapSize: 1, RecvBuffer: 64 << 10, ACKTimeout: lossyACK}, verbs.DeviceConfig{Faults: &faults})
 		const size = 300 << 10
 		ms, err := s.IOMap(make([]byte, size), 4096)
 		if err != nil {

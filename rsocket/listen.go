@@ -118,8 +118,12 @@ func (l *Listener) handshake(req *cm.Request) (*Conn, error) {
 		req.Reject(nil)
 		return nil, err
 	}
+	co := connectOptions(l.o)
+	if l.o.ACKTimeout > 0 {
+		co.Timeout = ackCode(l.o.ACKTimeout) // else the requester's, as Linux takes it
+	}
 	cn, err := req.Accept(c.qp, &cm.AcceptParams{PrivateData: c.connData(), KeepAlive: l.o.KeepAlive,
-		Options: connectOptions(l.o)})
+		Options: co})
 	if err != nil {
 		c.abort()
 		return nil, err

@@ -30,6 +30,13 @@ type Options struct {
 	// Ordering is the ordering mode offered (verbs.OrderingWeak is used only between
 	// softrnic devices that both offer it; a standard peer gets ordered mode).
 	Ordering verbs.Ordering
+	// ACKTimeout is how long a message waits for its acknowledgement before it is sent
+	// again (the QP's local ACK timeout, rounded up to 4.096 µs × 2^n). A Dialer asks for
+	// 2.1 s by default, what a C program's rconnect gets from Linux's rdma_cm on RoCE, and
+	// the listener takes what the dialler asks unless its own is set. Between softrnic
+	// devices on a lossy link a shorter one (tens of milliseconds) recovers a lost last
+	// packet sooner; against a slow standard peer it makes both sides retransmit early.
+	ACKTimeout time.Duration
 	// KeepAlive is how often the connection manager probes the peer device
 	// (cm.DefaultKeepAlive; negative: never).
 	KeepAlive time.Duration
