@@ -23,18 +23,20 @@ func newBuffer(n int) *buffer {
 
 // byteAt loads byte i of the buffer while the peer's RDMA WRITEs may be landing in it.
 //
-// The device places a WRITE's payload in registered memory with an ordinary copy, as a
-// NIC places it by DMA: it cannot store atomically, the payload being any length, and
-// riostream's C peer writes the same way through its own NIC. So in Go's terms the
-// marker poll is a data race, which the reading side keeps as harmless as it can: it
-// loads the aligned word that holds the byte with sync/atomic, so that every poll reads
-// memory again and reads a whole word the copy wrote before or after, never a torn
-// one; the byte is then taken out of the word in the machine's byte order. The bytes
-// before the marker are in place when it is seen because ordered mode places a WRITE's
-// packets, and each packet's bytes, in order, and the copy of a packet's payload stores
-// forward (as the C tool relies on the NIC's writes landing in order). The race
-// detector cannot see this ordering, which goes through the network: the tests that
-// poll are left out of -race builds.
+// The device places a WRITE's payload in registered memory with an ordinary copy (in
+// the pass that checks its ICRC), as a NIC places it by DMA: it cannot store atomically,
+// the payload being any length, and riostream's C peer is written into the same way by
+// its NIC. So in Go's terms the marker poll is a data race, which the reading side keeps
+// as harmless as it can: it loads the aligned word that holds the byte with
+// sync/atomic, so that every poll reads memory again and reads a whole word the copy
+// wrote before or after, never a torn one; the byte is then taken out of the word in
+// the machine's byte order. The bytes before the marker: ordered mode places a WRITE's
+// packets in order, so every packet before the one that carries the marker is in place
+// when it is seen (the C tool trusts its NIC for as much); within that last packet the
+// order in which another goroutine sees the copy's stores is the machine's, which Go
+// does not promise, and -T v would report a byte seen before its store. The race
+// detector cannot see any of this ordering, which goes through the network: the tests
+// that poll are left out of -race builds.
 func (b *buffer) byteAt(i int) byte {
 	var w [8]byte
 	binary.NativeEndian.PutUint64(w[:], atomic.LoadUint64(&b.words[i/8]))
