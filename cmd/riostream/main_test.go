@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/softrnic/softrnic/internal/cmtool"
 	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
 	"github.com/softrnic/softrnic/internal/streamtool"
 	"github.com/softrnic/softrnic/verbs"
@@ -137,5 +138,33 @@ func TestVerifyOneSide(t *testing.T) {
 	cs, cc := pair(t, srv, cli)
 	if !cc.results[0].Verified || cs.results[0].Verified {
 		t.Errorf("verified: client %v server %v", cc.results[0].Verified, cs.results[0].Verified)
+	}
+}
+
+// A side that checks (-T v) against one that does not fill the pattern: the checking
+// server finds the client's bytes wrong, in riostream's words, and fails; the client,
+// waiting for a marker that will not come, ends with the run's context.
+func TestVerifyFails(t *testing.T) {
+	ds, dc := cmtooltest.OpenDevice(t, "127.0.0.2"), cmtooltest.OpenDevice(t, "127.0.0.1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listening := make(chan netip.AddrPort, 1)
+	srvErr := make(chan error, 1)
+	go func() {
+		c := Config{Custom: true, Size: 1000, Count: 1, Iters: 2, Verify: true, Bind: netip.MustParseAddr("127.0.0.2"),
+			Port: streamtool.DefaultPort, Local: cmtool.Local{Device: ds, Listening: func(a netip.AddrPort) { listening <- a }}}
+		err := run(ctx, &c, (&collector{}).output())
+		cancel()
+		srvErr <- err
+	}()
+	la := <-listening
+	c := Config{Custom: true, Size: 1000, Count: 1, Iters: 2, ServerAddr: la.Addr(), Port: int(la.Port()),
+		Local: cmtool.Local{Device: dc, PeerPort: int(ds.Addr().Port())}}
+	cerr := run(ctx, &c, (&collector{}).output())
+	if serr := <-srvErr; serr == nil || !strings.Contains(serr.Error(), "data verification failed byte 1") {
+		t.Errorf("server: %v, want a verification failure at byte 1 (the client's buffer holds zeros)", serr)
+	}
+	if cerr == nil {
+		t.Error("the client succeeded without its peer's marker")
 	}
 }
