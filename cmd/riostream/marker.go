@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -44,14 +45,27 @@ func (b *buffer) byteAt(i int) byte {
 }
 
 // waitMarker polls byte i until it holds marker (riostream's recv_xfer), or ctx ends.
-// It yields its processor between polls, so that the device's goroutines (which place
-// the peer's writes) and the other side of a run in this process get to run.
+// It yields its processor between polls, so that runnable goroutines (the other side
+// of a run in this process) get to run; after spinPolls polls it also sleeps between
+// them: a goroutine that only yields keeps the scheduler from polling the network, and
+// the device's receive goroutine, which waits there for the peer's packets, would wake
+// only when the runtime's monitor polls it (every 10-20 ms).
 func (b *buffer) waitMarker(ctx context.Context, i int, marker byte) error {
 	for n := 0; b.byteAt(i) != marker; n++ {
 		if n&0x3FF == 0x3FF && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		runtime.Gosched()
+		if n < spinPolls {
+			runtime.Gosched()
+		} else {
+			time.Sleep(pollSleep)
+		}
 	}
 	return nil
 }
+
+// spinPolls and pollSleep shape waitMarker's polling: yields first, then sleeps.
+const (
+	spinPolls = 64
+	pollSleep = 20 * time.Microsecond
+)
