@@ -56,7 +56,8 @@
 // --cpuprofile FILE. Direct writes need ordered mode, so there is no --ordering.
 //
 // Where it differs from riostream, off the wire: the wait for a marker yields the
-// processor between polls (the device's goroutines share the processors), and ends with
+// processor between polls, then sleeps between them (the device's goroutines share the
+// processors, and wait for packets in the runtime's network poller), and ends with
 // --timeout or an interrupt (the C tool spins until the marker comes); an rsocket
 // server's listener takes the inline size of the first set for both connections; a test
 // that fails ends the run. On the wire a mapping's entry goes to the peer when IOMap is
