@@ -255,7 +255,12 @@ func ppCapture(ctx context.Context, vm *rxevm.VM, path string) (stop func() erro
 		<-rest
 		_ = cmd.Wait()
 		out := text()
-		if i := strings.Index(out, " packets dropped by kernel"); i >= 0 {
+		// tcpdump counts in the singular for one: "1 packet dropped by kernel".
+		i := strings.Index(out, " packets dropped by kernel")
+		if i < 0 {
+			i = strings.Index(out, " packet dropped by kernel")
+		}
+		if i >= 0 {
 			j := strings.LastIndexByte(out[:i], '\n') + 1
 			n, err := strconv.Atoi(out[j:i])
 			if err != nil {
