@@ -569,42 +569,6 @@ func keepCapture(t *testing.T, path string) string {
 	return dst
 }
 
-// TestRiostream: librdmacm's riostream against softrnic's rsockets, which offer no iomap
-// entries (riostream's riowrite is a plain RDMA WRITE straight into a buffer the peer
-// registered with riomap and announced in an iomap entry). It checks that riostream
-// fails the way it must without them, and cleanly: riomap fails with ENOMEM (a peer that
-// announced no iomap entries in its connect data leaves none to take), riostream closes
-// before its first exchange, softrnic's side reads the end of the stream and nothing on
-// the wire is amiss. The cells show as skipped in the matrix, with that reason.
-func TestRiostream(t *testing.T) {
-	vm := sharedVM(t)
-	for _, guestServer := range []bool{true, false} {
-		name, guest := "host-server", "riostream -s $HOST -S 64 -C 10 -T v"
-		if guestServer {
-			name, guest = "guest-server", "riostream -b $GUEST -S 64 -C 10 -T v"
-		}
-		t.Run(name, func(t *testing.T) {
-			record(t, "riostream", guestServer, "rsocket iomap; "+modeOf(guest))
-			var sync error
-			c := rsocketCell{guestServer: guestServer, guest: guest, conns: 1,
-				options: rsocket.Options{RecvBuffer: 1 << 20, SendBuffer: 1 << 20},
-				host: func(ctx context.Context, conn *rsocket.Conn, i int) error {
-					peer := &rstreamPeer{client: guestServer}
-					sync = peer.conn(ctx, conn, []rstreamTest{{64, 10, 1}})
-					return nil
-				}}
-			res := c.run(t, vm)
-			if res.hostErr != nil {
-				t.Errorf("softrnic's side: %v", res.hostErr)
-			}
-			if !errors.Is(sync, io.EOF) || res.guestRC != 255 || !strings.Contains(res.guestErr, "riomap: Cannot allocate memory") {
-				t.Errorf("riostream: exit %d; softrnic's side: %v (want riomap's ENOMEM, exit 255, and the end of the stream at the first exchange)", res.guestRC, sync)
-			}
-			t.Skip("riostream needs iomap entries (riomap and riowrite), which softrnic's rsockets do not offer")
-		})
-	}
-}
-
 // TestRspreload: a plain TCP program in the guest, curl, under
 // LD_PRELOAD=librspreload.so (librdmacm's interposer, which turns a program's TCP
 // sockets into rsockets) fetches a page that softrnic's side serves with net/http's

@@ -69,6 +69,7 @@ import (
 	"strings"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/streamtool"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -179,20 +180,20 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	fs.IntVar(&cfg.Port, "p", defaultPort, "port number")
 	fs.IntVar(&cfg.KeepAlive, "k", 0, "keepalive time")
 	fs.Func("T", "test option", func(s string) error {
-		t, ok := lookupTestOption(s)
+		t, ok := streamtool.LookupTestOption(testOptions, s)
 		if !ok {
 			return fmt.Errorf("unknown test option %q", s)
 		}
-		switch t.letter {
+		switch t.Letter {
 		case 's':
 			cfg.Sockets = true
 		case 'f':
 			cfg.Sockets = true
-			notes = append(notes, "-T "+s+": "+t.note)
+			notes = append(notes, "-T "+s+": "+t.Note)
 		case 'v':
 			cfg.Verify = true
 		default:
-			notes = append(notes, "-T "+s+": "+t.note)
+			notes = append(notes, "-T "+s+": "+t.Note)
 		}
 		return nil
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/softrnic/softrnic/internal/cmtool"
 	"github.com/softrnic/softrnic/internal/cmtool/cmtooltest"
+	"github.com/softrnic/softrnic/internal/streamtool"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -80,7 +81,7 @@ func checkResults(t *testing.T, transport string, cs, cc *collector, want []Resu
 			t.Fatalf("%s: %d results, want %d\n%s", side.role, len(rs), len(want), side.c.out.String())
 		}
 		lines := strings.Split(strings.TrimSuffix(side.c.out.String(), "\n"), "\n")
-		if len(lines) != len(want)+1 || lines[0]+"\n" != header() {
+		if len(lines) != len(want)+1 || lines[0]+"\n" != streamtool.Header() {
 			t.Errorf("%s printed\n%s", side.role, side.c.out.String())
 		}
 		for i, w := range want {
@@ -125,7 +126,7 @@ func TestSizeSets(t *testing.T) {
 			var want []Result
 			for _, kind := range []string{"lat", "bw"} {
 				for _, size := range []int{64, 4096, 65536, 1 << 20} {
-					r := Result{Test: testName(size, kind), Size: size, Xfers: 1, Iters: short(size), Connection: 1, Verified: true}
+					r := Result{Test: streamtool.TestName(size, kind), Size: size, Xfers: 1, Iters: short(size), Connection: 1, Verified: true}
 					if kind == "bw" {
 						r.Xfers, r.Iters, r.Connection = short(size), 1, 2
 					}
@@ -144,12 +145,12 @@ func TestAllSizes(t *testing.T) {
 	cs, cc := pair(t, c, c)
 	var want []Result
 	for _, kind := range []string{"lat", "bw"} {
-		for _, s := range sizeSet {
+		for _, s := range streamtool.Sizes {
 			conn := 1
 			if kind == "bw" {
 				conn = 2
 			}
-			want = append(want, Result{Test: testName(s.size, kind), Size: s.size, Xfers: 1, Iters: 1, Connection: conn})
+			want = append(want, Result{Test: streamtool.TestName(s.Size, kind), Size: s.Size, Xfers: 1, Iters: 1, Connection: conn})
 		}
 	}
 	checkResults(t, "tcp", cs, cc, want)
@@ -228,23 +229,23 @@ func answer(c net.Conn, n int, next *byte) error {
 // rstreamPeer is rstream's server side of the tests given, written out: for each test the
 // 16-byte sync (receive, answer), then per iteration count transfers in, count out, every
 // byte checked against the pattern; then the client's close (EOF).
-func rstreamPeer(tests []test, in, out *byte) func(c net.Conn) error {
+func rstreamPeer(tests []streamtool.Test, in, out *byte) func(c net.Conn) error {
 	return func(c net.Conn) error {
 		for _, tt := range tests {
 			if err := expect(c, 16, in); err != nil {
-				return fmt.Errorf("%s: sync: %w", tt.name, err)
+				return fmt.Errorf("%s: sync: %w", tt.Name, err)
 			}
 			if err := answer(c, 16, out); err != nil {
 				return err
 			}
-			for range tt.iters {
-				for range tt.count {
-					if err := expect(c, tt.size, in); err != nil {
-						return fmt.Errorf("%s: %w", tt.name, err)
+			for range tt.Iters {
+				for range tt.Count {
+					if err := expect(c, tt.Size, in); err != nil {
+						return fmt.Errorf("%s: %w", tt.Name, err)
 					}
 				}
-				for range tt.count {
-					if err := answer(c, tt.size, out); err != nil {
+				for range tt.Count {
+					if err := answer(c, tt.Size, out); err != nil {
 						return err
 					}
 				}
@@ -262,10 +263,10 @@ func rstreamPeer(tests []test, in, out *byte) func(c net.Conn) error {
 // set's connection closed before the bandwidth set's.
 func TestClientStream(t *testing.T) {
 	short := func(size int) int { return 2 }
-	var lat, bw []test
+	var lat, bw []streamtool.Test
 	for _, size := range []int{64, 4096, 65536, 1 << 20} {
-		lat = append(lat, test{testName(size, "lat"), size, 1, 2})
-		bw = append(bw, test{testName(size, "bw"), size, 2, 1})
+		lat = append(lat, streamtool.Test{Name: streamtool.TestName(size, "lat"), Size: size, Count: 1, Iters: 2})
+		bw = append(bw, streamtool.Test{Name: streamtool.TestName(size, "bw"), Size: size, Count: 2, Iters: 1})
 	}
 	var in, out byte
 	addr, errs := scriptedServer(t, rstreamPeer(lat, &in, &out), rstreamPeer(bw, &in, &out))
@@ -409,28 +410,5 @@ func TestParseArgs(t *testing.T) {
 	c := Config{Port: defaultPort}
 	if err := run(context.Background(), &c, (&collector{}).output()); err == nil || !strings.Contains(err.Error(), "-b ADDR") {
 		t.Errorf("server without an address: %v", err)
-	}
-}
-
-// rstream's number formats and line.
-func TestFormat(t *testing.T) {
-	for n, want := range map[int64]string{64: "64", 1000: "1000", 1536: "1.5k", 4096: "4k", 12288: "12k", 65536: "64k",
-		1 << 20: "1m", 1572864: "1.5m", 6 << 20: "6m", 12800000: "12m", 1 << 31: "2g", 1<<30 + 1<<29: "1.5g"} {
-		if got := sizeStr(n); got != want {
-			t.Errorf("sizeStr(%d) = %q, want %q", n, got, want)
-		}
-	}
-	for n, want := range map[int64]string{1: "1", 999: "999", 1000: "1k", 100000: "100k", 2500000: "2m", 3e9: "3b"} {
-		if got := cntStr(n); got != want {
-			t.Errorf("cntStr(%d) = %q, want %q", n, got, want)
-		}
-	}
-	r := Result{Test: "64_lat", Size: 64, Xfers: 1, Iters: 100000, Bytes: 12800000, Seconds: 1.5, Gbps: 0.068266, UsecPerXfer: 7.5}
-	want := "64_lat    64      1       100k    12m         1.50s      0.07       7.50\n"
-	if got := r.Row(); got != want {
-		t.Errorf("row %q\nwant %q", got, want)
-	}
-	if got := testName(1<<20+1<<19, "bw"); got != "1.5m_bw" {
-		t.Errorf("testName: %q", got)
 	}
 }

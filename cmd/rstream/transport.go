@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/streamtool"
 	"github.com/softrnic/softrnic/rsocket"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -17,7 +18,7 @@ import (
 type transport interface {
 	name() string
 	listen(ctx context.Context) (listener, error)
-	dial(ctx context.Context, tune tuning) (net.Conn, error)
+	dial(ctx context.Context, tune streamtool.Tuning) (net.Conn, error)
 	// describe adds what the transport knows of a connection to a test's result.
 	describe(c net.Conn, r *Result)
 }
@@ -41,13 +42,13 @@ func (t *rsocketTransport) name() string { return "rsocket" }
 // SO_RCVBUF and SO_SNDBUF; the inline size of the tuning (a send-side choice that the
 // wire does not show: the least rsockets take for the bandwidth set, where rstream asks
 // for none); and softrnic's options.
-func (t *rsocketTransport) options(tune tuning) rsocket.Options {
+func (t *rsocketTransport) options(tune streamtool.Tuning) rsocket.Options {
 	o := rsocket.Options{RecvBuffer: 2 * t.cfg.Buffer, SendBuffer: 2 * t.cfg.Buffer,
 		Ordering: t.cfg.Ordering, BusyPoll: t.cfg.BusyPoll}
 	switch tune {
-	case tuneLatency:
+	case streamtool.TuneLatency:
 		o.InlineSize = max(t.cfg.Inline, 1)
-	case tuneBandwidth:
+	case streamtool.TuneBandwidth:
 		o.InlineSize = 1 // raised to the least an rsocket takes
 	}
 	if t.cfg.KeepAlive > 0 {
@@ -60,9 +61,9 @@ func (t *rsocketTransport) options(tune tuning) rsocket.Options {
 // gives every connection its options, and those of the phases differ only in the
 // inline size, which the wire does not show.
 func (t *rsocketTransport) listen(ctx context.Context) (listener, error) {
-	tune := tuneLatency
+	tune := streamtool.TuneLatency
 	if t.cfg.Custom {
-		tune = tuneMixed
+		tune = streamtool.TuneMixed
 	}
 	lc := rsocket.ListenConfig{Options: t.options(tune)}
 	l, err := lc.Listen(t.dev, uint16(t.cfg.Port))
@@ -72,7 +73,7 @@ func (t *rsocketTransport) listen(ctx context.Context) (listener, error) {
 	return &rsocketListener{l: l}, nil
 }
 
-func (t *rsocketTransport) dial(ctx context.Context, tune tuning) (net.Conn, error) {
+func (t *rsocketTransport) dial(ctx context.Context, tune streamtool.Tuning) (net.Conn, error) {
 	d := rsocket.Dialer{Options: t.options(tune), DevicePort: uint16(t.cfg.PeerPort)}
 	return d.Dial(ctx, t.dev, netip.AddrPortFrom(t.cfg.ServerAddr, uint16(t.cfg.Port)))
 }
@@ -135,7 +136,7 @@ func (t *tcpTransport) listen(ctx context.Context) (listener, error) {
 	return &tcpListener{l: l.(*net.TCPListener), t: t}, nil
 }
 
-func (t *tcpTransport) dial(ctx context.Context, _ tuning) (net.Conn, error) {
+func (t *tcpTransport) dial(ctx context.Context, _ streamtool.Tuning) (net.Conn, error) {
 	d := net.Dialer{KeepAlive: t.keepAlive()}
 	if t.cfg.Bind.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: t.cfg.Bind.AsSlice()}
