@@ -145,17 +145,7 @@ func sharedVM(t testing.TB) *rxevm.VM {
 			shared.skip = err
 			return
 		}
-		cfg := sharedConfig
-		cfg.Name = vmName("")
-		cfg.Slots = slots
-		cfg.Logf = func(format string, args ...any) {
-			line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
-			shared.log = append(shared.log, line)
-			if strings.Contains(line, "waiting for pid") { // say at once why nothing happens
-				fmt.Fprintln(os.Stderr, line)
-			}
-		}
-		shared.vm, shared.err = rxevm.Start(stop, cfg)
+		bootShared()
 	})
 	if shared.skip != nil {
 		if os.Getenv("SOFTRNIC_INTEROP") == "require" {
@@ -163,10 +153,68 @@ func sharedVM(t testing.TB) *rxevm.VM {
 		}
 		t.Skip(shared.skip)
 	}
-	if shared.err != nil {
-		t.Fatal(shared.err)
+	shared.mu.Lock()
+	vm, err := shared.vm, shared.err
+	shared.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return shared.vm
+	t.Cleanup(func() {
+		if t.Failed() {
+			checkShared(t, vm)
+		}
+	})
+	return vm
+}
+
+// bootShared boots the shared VM (shared.mu held).
+func bootShared() {
+	cfg := sharedConfig
+	cfg.Name = vmName("")
+	cfg.Slots = slots
+	cfg.Logf = func(format string, args ...any) {
+		line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
+		shared.log = append(shared.log, line)
+		if strings.Contains(line, "waiting for pid") { // say at once why nothing happens
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}
+	shared.vm, shared.err = rxevm.Start(stop, cfg)
+}
+
+// checkShared runs after a test of the shared VM failed: the guest must still reach the
+// host (the ping needs the guest's transmit and receive paths both). When it does not,
+// the guest is reported and booted again, so that one guest whose network stopped fails
+// one test, not every test after it. Tests take the VM once at their start (sharedVM):
+// the new guest serves the tests that follow.
+func checkShared(t testing.TB, vm *rxevm.VM) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, stderr, rc, err := vm.Exec(ctx, "busybox ping -c 2 -W 5 $HOST_IP")
+	if err == nil && rc == 0 {
+		return
+	}
+	t.Logf("interop: after this failure the guest no longer reaches the host (ping: rc %d, %v): %s%s", rc, err, out, stderr)
+	if diag, _, _, err := vm.Exec(ctx, "grep eth0 /proc/net/dev; dmesg | grep -i -E 'watchdog|timed out|warning|bug|virtio|rxe' | tail -n 40"); err == nil {
+		t.Logf("guest eth0 counters and kernel messages:\n%s", diag)
+	}
+	if hc, err := vm.HostCommand(ctx, "ip", "-s", "link", "show", vm.Info().Tap).CombinedOutput(); err == nil {
+		t.Logf("host side of the guest's link:\n%s", hc)
+	}
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.vm != vm {
+		return // booted again already
+	}
+	if err := vm.Close(); err != nil {
+		t.Logf("interop: closing the stopped guest: %v", err)
+	}
+	bootShared()
+	if shared.err != nil {
+		t.Logf("interop: booting the guest again: %v", shared.err)
+		return
+	}
+	t.Logf("interop: the guest was booted again for the tests that follow")
 }
 
 // exec runs a guest command that must succeed, within d.

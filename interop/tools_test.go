@@ -296,7 +296,7 @@ func (l *lockedBuffer) String() string {
 // connection through rdma_cm (Linux's Starting-PSN convention, MADs to 4791), RDMA READ
 // and WRITE of the advertised buffers, and the data validated (-V) where rping checks it.
 func TestRping(t *testing.T) {
-	vm := sharedVM(t)
+	sharedVM(t) // skips the whole test where the VM cannot run
 	bin := tool(t, "cmd/rping")
 	for _, c := range []cell{
 		{name: "guest-server", guestServer: true, guest: "rping -s -a $GUEST -v -V -C 10", guestReady: cmListening,
@@ -307,14 +307,14 @@ func TestRping(t *testing.T) {
 			host: []string{bin, "-c", "-a", "$GUEST", "-V", "-C", "20", "-S", "10000", "--json"}, hostWant: []string{`"ok":true`}},
 	} {
 		c.tool, c.mode = "rping", "ordered, rdma_cm; "+modeOf(c.guest)
-		t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
+		t.Run(c.name, func(t *testing.T) { c.run(t, sharedVM(t)) })
 	}
 }
 
 // TestUcmatose: librdmacm's ucmatose (several rdma_cm connections at once, SENDs on each,
 // disconnect) on rxe against softrnic's cmd/ucmatose, both ways.
 func TestUcmatose(t *testing.T) {
-	vm := sharedVM(t)
+	sharedVM(t) // skips the whole test where the VM cannot run
 	bin := tool(t, "cmd/ucmatose")
 	for _, c := range []cell{
 		{name: "guest-server", guestServer: true, guest: "ucmatose -b $GUEST -c 4 -C 10 -S 100", guestReady: cmListening,
@@ -323,14 +323,14 @@ func TestUcmatose(t *testing.T) {
 			host: []string{bin, "-b", "$HOST", "-c", "4", "-C", "10", "-S", "100", "--json"}, guestWant: []string{"return status 0"}, hostWant: []string{`"ok":true`}},
 	} {
 		c.tool, c.mode = "ucmatose", "ordered, rdma_cm; "+modeOf(c.guest)
-		t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
+		t.Run(c.name, func(t *testing.T) { c.run(t, sharedVM(t)) })
 	}
 }
 
 // TestUdaddy: librdmacm's udaddy (UD services resolved with SIDR, UD SENDs with
 // immediate data) on rxe against softrnic's cmd/udaddy, both ways.
 func TestUdaddy(t *testing.T) {
-	vm := sharedVM(t)
+	sharedVM(t) // skips the whole test where the VM cannot run
 	bin := tool(t, "cmd/udaddy")
 	for _, c := range []cell{
 		{name: "guest-server", guestServer: true, guest: "udaddy -c 4 -C 20 -S 1024", guestReady: "rdma res show cm_id | grep -q 'LISTEN.*UDP'",
@@ -339,7 +339,7 @@ func TestUdaddy(t *testing.T) {
 			host: []string{bin, "-b", "$HOST", "-c", "4", "-C", "20", "-S", "1024", "--json"}, guestWant: []string{"return status 0"}, hostWant: []string{`"ok":true`}},
 	} {
 		c.tool, c.mode = "udaddy", "UD, rdma_cm SIDR; "+modeOf(c.guest)
-		t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
+		t.Run(c.name, func(t *testing.T) { c.run(t, sharedVM(t)) })
 	}
 }
 
@@ -347,7 +347,7 @@ func TestUdaddy(t *testing.T) {
 // perftest's TCP exchange and with -R (the exchange and the test's QPs over rdma_cm): the
 // result line perftest prints on both sides.
 func TestPerftest(t *testing.T) {
-	vm := sharedVM(t)
+	sharedVM(t) // skips the whole test where the VM cannot run
 	bin := tool(t, "cmd/rperf")
 	for _, test := range []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"} {
 		n := "100"
@@ -367,7 +367,7 @@ func TestPerftest(t *testing.T) {
 				host: []string{bin, test, "-R", "-n", n, "--stats", "--dev-addr", "$HOST"}, guestWant: []string{"#bytes"}, mode: "rdma_cm (-R)"},
 		} {
 			c.tool, c.mode = "ib_"+test, "ordered, "+c.mode+"; "+modeOf(c.guest)
-			t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
+			t.Run(c.name, func(t *testing.T) { c.run(t, sharedVM(t)) })
 		}
 	}
 }
@@ -407,7 +407,7 @@ func TestLossyLink(t *testing.T) {
 	} {
 		c.lossy, c.timeout = true, 5*time.Minute
 		c.tool, c.mode = strings.Fields(c.guest)[0], "ordered, 1 % loss each way, reordering; "+modeOf(c.guest)
-		t.Run(c.name, func(t *testing.T) { c.run(t, vm) })
+		t.Run(c.name, func(t *testing.T) { c.run(t, sharedVM(t)) })
 	}
 	t.Log(execOK(t, vm, time.Minute, "tc -s qdisc show dev eth0; tc -s qdisc show dev ifb9"))
 }

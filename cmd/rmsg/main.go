@@ -33,13 +33,13 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/softrnic/softrnic/internal/metricshttp"
+	"github.com/softrnic/softrnic/internal/perf"
 	"github.com/softrnic/softrnic/metrics"
 	"github.com/softrnic/softrnic/msg"
 	"github.com/softrnic/softrnic/verbs"
@@ -120,13 +120,12 @@ func main() {
 		metrics.AddComm(c)
 	}
 	if *cpuprofile != "" {
-		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprofile, c.Rank()))
+		stop, err := perf.StartCPUProfile(fmt.Sprintf("%s.%d", *cpuprofile, c.Rank()))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "rmsg:", err)
 			os.Exit(1)
 		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var sizes []int
 	for _, f := range strings.Split(*sizesFlag, ",") {

@@ -163,14 +163,11 @@ flags:
 		o.cfg.Size = n
 	}
 	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+		stop, err := perf.StartCPUProfile(*cpuprofile)
 		if err != nil {
 			fatal(err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	if *traceFile != "" {
 		f, err := os.Create(*traceFile)

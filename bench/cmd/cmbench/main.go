@@ -51,6 +51,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/softrnic/softrnic/internal/perf"
 	"github.com/softrnic/softrnic/verbs"
 )
 
@@ -81,12 +82,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cmbench:", err)
 		os.Exit(2)
 	}
+	stopProfile := func() {}
 	if o.cpuprofile != "" {
-		f, err := os.Create(o.cpuprofile)
-		if err != nil {
-			fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if stopProfile, err = perf.StartCPUProfile(o.cpuprofile); err != nil {
 			fatal(err)
 		}
 	}
@@ -98,7 +96,7 @@ func main() {
 	} else {
 		err = run(o, os.Stdout)
 	}
-	pprof.StopCPUProfile()
+	stopProfile()
 	if o.mutexprof != "" {
 		if werr := writeProfile("mutex", o.mutexprof); werr != nil && err == nil {
 			err = werr

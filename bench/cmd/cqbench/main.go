@@ -13,13 +13,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/softrnic/softrnic/bench/internal/cqexp"
+	"github.com/softrnic/softrnic/internal/perf"
 )
 
 func main() {
@@ -39,16 +39,12 @@ func main() {
 	)
 	flag.Parse()
 	if *prof != "" {
-		f, err := os.Create(*prof)
+		stop, err := perf.StartCPUProfile(*prof)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "cqbench:", err)
 			os.Exit(1)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "cqbench:", err)
-			os.Exit(1)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	out := io.Writer(os.Stdout)
 	enc := json.NewEncoder(os.Stdout)
