@@ -2,8 +2,10 @@
 # Measures streams over rsocket against Go's TCP on loopback and against rperf's
 # send_bw and send_lat, in the same run, RUNS times each (interleaved), and prints the
 # table of docs/rsocket.md: medians of bandwidth (64 KiB and 1 MiB transfers), 8-byte
-# ping-pong latency, and CPU time per GiB (both processes' user and system time).
-#   bench/rsocket.sh            RUNS=5 (about 3 minutes on 2 cores)
+# ping-pong latency, and CPU time per GiB (both processes' user and system time); the
+# streams with each process's default GOMAXPROCS (2 here: four Ps on two CPUs) and with
+# GOMAXPROCS=1 (each process one CPU, as on a machine with CPUs to spare).
+#   bench/rsocket.sh            RUNS=5 (about 5 minutes on 2 cores)
 #   RUNS=1 bench/rsocket.sh     one run each
 # rstream's exchange: the client writes COUNT transfers, then the server writes as many
 # back; a server and a client process each, devices on 127.0.0.2 and 127.0.0.1 (rstream's
@@ -37,12 +39,14 @@ pair() {
   grep -h '^{' "$out/server.txt" "$out/client.txt" | sed "s/^{/{\"bench\":\"$name\",\"round\":$i,/" >> "$out/results.jsonl"
 }
 for i in $(seq "$runs"); do
-  for t in rsocket tcp; do
-    flag=()
-    if [ $t = tcp ]; then flag=(-T s); fi
-    pair "$t 64KiB" "${flag[@]}" -S 65536 -C 5000
-    pair "$t 1MiB" "${flag[@]}" -S 1048576 -C 400
-    pair "$t 8B" "${flag[@]}" -S 8 -C 1 -I 20000
+  for p in 2 1; do
+    for t in rsocket tcp; do
+      flag=()
+      if [ $t = tcp ]; then flag=(-T s); fi
+      GOMAXPROCS=$p pair "$t.$p 64KiB" "${flag[@]}" -S 65536 -C 5000
+      GOMAXPROCS=$p pair "$t.$p 1MiB" "${flag[@]}" -S 1048576 -C 400
+      GOMAXPROCS=$p pair "$t.$p 8B" "${flag[@]}" -S 8 -C 1 -I 20000
+    done
   done
   "$out/rperf" send_bw --loopback -s 65536 -n 20000 --json | sed "s/^{/{\"bench\":\"rperf 64KiB\",\"round\":$i,/" >> "$out/results.jsonl"
   "$out/rperf" send_bw --loopback -s 1M -n 2000 --json | sed "s/^{/{\"bench\":\"rperf 1MiB\",\"round\":$i,/" >> "$out/results.jsonl"
@@ -58,7 +62,7 @@ for r in rows:
     b = r["bench"]
     if b.startswith("rperf"):
         if "lat_us" in r:
-            lat[b].append(r["lat_us"]["p50"] / 2)  # one way, as rstream's usec/xfer
+            lat[b].append(r["lat_us"]["p50"])  # one way (half the round trip), as rstream's usec/xfer
         else:
             bw[b].append(r["bw_MiBps"])
         cpu[b][r["round"]] += r["cpu_s_per_GiB"]
@@ -72,11 +76,12 @@ for r in rows:
 med = lambda v: st.median(v) if v else float("nan")
 print("| | rsocket | Go TCP | rsocket / TCP | rperf send_bw, send_lat | rsocket / rperf |")
 print("|---|---|---|---|---|---|")
-for size in ["64KiB", "1MiB"]:
-    r, t, p = med(bw[f"rsocket {size}"]), med(bw[f"tcp {size}"]), med(bw[f"rperf {size}"])
-    print(f"| {size} transfers, MiB/s | {r:.0f} | {t:.0f} | {r/t:.2f} | {p:.0f} | {r/p:.2f} |")
-    rc, tc, pc = (med(list(cpu[f"{k} {size}"].values())) for k in ("rsocket", "tcp", "rperf"))
-    print(f"| {size}: CPU s per GiB | {rc:.2f} | {tc:.2f} | {rc/tc:.2f} | {pc:.2f} | {rc/pc:.2f} |")
-r, t, p = med(lat["rsocket 8B"]), med(lat["tcp 8B"]), med(lat["rperf 8B"])
-print(f"| 8 B ping-pong, µs one way | {r:.1f} | {t:.1f} | {r/t:.2f} | {p:.1f} (p50/2) | {r/p:.2f} |")
+for p, procs in (("2", "two processes"), ("1", "two processes, GOMAXPROCS=1 each")):
+    for size in ["64KiB", "1MiB"]:
+        r, t, q = med(bw[f"rsocket.{p} {size}"]), med(bw[f"tcp.{p} {size}"]), med(bw[f"rperf {size}"])
+        print(f"| {size} transfers, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q:.0f} | {r/q:.2f} |")
+        rc, tc, pc = (med(list(cpu[k].values())) for k in (f"rsocket.{p} {size}", f"tcp.{p} {size}", f"rperf {size}"))
+        print(f"| {size}: CPU s per GiB ({procs}) | {rc:.2f} | {tc:.2f} | {rc/tc:.2f} | {pc:.2f} | {rc/pc:.2f} |")
+    r, t, q = med(lat[f"rsocket.{p} 8B"]), med(lat[f"tcp.{p} 8B"]), med(lat["rperf 8B"])
+    print(f"| 8 B ping-pong, µs one way ({procs}) | {r:.1f} | {t:.1f} | {r/t:.2f} | {q:.1f} | {r/q:.2f} |")
 PY

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -500,21 +501,37 @@ func (c *Conn) waitEvent(ch chan struct{}, dl <-chan struct{}) error {
 	return c.waitUntil(ch, dl, c.done)
 }
 
+// pollers counts the calls polling, in every connection of the process.
+var pollers atomic.Int32
+
+// busyPoll polls the connection's completion queue (and through it the device's
+// socket) for up to BusyPoll, and says whether it found something. It does not poll
+// while GOMAXPROCS calls already do: those hold every processor, and one more would
+// only take a processor from them and from the device's goroutines.
+func (c *Conn) busyPoll(ch chan struct{}, dl, stop <-chan struct{}) bool {
+	defer pollers.Add(-1)
+	if int(pollers.Add(1)) > runtime.GOMAXPROCS(0) {
+		return false
+	}
+	end := time.Now().Add(c.o.BusyPoll)
+	for !isClosed(dl) && !isClosed(stop) && time.Now().Before(end) {
+		if c.progress() {
+			return true
+		}
+		select {
+		case <-ch:
+			return true
+		default:
+		}
+	}
+	return false
+}
+
 // waitUntil is waitEvent with stop in place of the connection's Close (nil: Close's own
 // waits, which must not end at it).
 func (c *Conn) waitUntil(ch chan struct{}, dl, stop <-chan struct{}) error {
-	if c.o.BusyPoll > 0 {
-		end := time.Now().Add(c.o.BusyPoll)
-		for !isClosed(dl) && !isClosed(stop) && time.Now().Before(end) {
-			if c.progress() {
-				return nil
-			}
-			select {
-			case <-ch:
-				return nil
-			default:
-			}
-		}
+	if c.o.BusyPoll > 0 && c.busyPoll(ch, dl, stop) {
+		return nil
 	}
 	// Counted as asleep before arming: whoever takes an event re-arms the queue while
 	// another call sleeps (onEvent).

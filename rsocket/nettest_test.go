@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/net/nettest"
 
@@ -16,13 +17,24 @@ import (
 
 // TestConn runs golang.org/x/net/nettest's conformance suite for net.Conn: basic I/O,
 // ping-pong, racy reads and writes, read and write deadlines in the past, present and
-// future, Close waking blocked calls, concurrent methods.
+// future, Close waking blocked calls, concurrent methods; in both ordering modes, with
+// waiting calls that poll first (the default) and calls that sleep at once.
 func TestConn(t *testing.T) {
-	for _, ord := range []verbs.Ordering{verbs.OrderingOrdered, verbs.OrderingWeak} {
-		t.Run(ord.String(), func(t *testing.T) {
+	for _, m := range []struct {
+		ord  verbs.Ordering
+		poll time.Duration
+	}{
+		{verbs.OrderingOrdered, 0}, {verbs.OrderingWeak, 0}, {verbs.OrderingOrdered, -1},
+	} {
+		name := m.ord.String()
+		if m.poll < 0 {
+			name += "/sleeping"
+		}
+		ord := m.ord
+		t.Run(name, func(t *testing.T) {
 			devS := verbstest.OpenDevice(t, verbstest.IPB, verbs.DeviceConfig{})
 			devC := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
-			o := rsocket.Options{Ordering: ord, RecvBuffer: 64 << 10, SendBuffer: 64 << 10}
+			o := rsocket.Options{Ordering: ord, RecvBuffer: 64 << 10, SendBuffer: 64 << 10, BusyPoll: m.poll}
 			lc := rsocket.ListenConfig{Options: o}
 			l, err := lc.Listen(devS, 7471)
 			if err != nil {

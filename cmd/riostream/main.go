@@ -73,11 +73,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/perf"
 	"github.com/softrnic/softrnic/internal/streamtool"
 )
 
@@ -92,17 +92,12 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return cmtool.ParseStatus("riostream", err, stderr)
 	}
 	if o.cpuprofile != "" {
-		f, err := os.Create(o.cpuprofile)
+		stop, err := perf.StartCPUProfile(o.cpuprofile)
 		if err != nil {
 			fmt.Fprintln(stderr, "riostream:", err)
 			return 1
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "riostream:", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	ctx, stop := cmtool.RunContext(o.Timeout)
 	defer stop()
@@ -138,7 +133,7 @@ func usage(w io.Writer) {
 softrnic:
 	[--dev-addr addr]	this side's device address (default: -b; a client: the route's source)
 	[--udp-port port]	this device's RoCEv2 UDP port, and the peer's (default 4791)
-	[--busy-poll d]		how long a call blocked in the stream polls before it sleeps (default 0)
+	[--busy-poll d]		how long a call blocked in the stream polls before it sleeps (default 50µs; 0: none)
 	[--json]		one JSON object per test on stdout (riostream's table to stderr)
 	[--stats]		the device's and connection manager's counters after each test
 	[--pcap file]		write the device's packets to file (pcap)
@@ -207,7 +202,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 		}
 		return nil
 	})
-	fs.DurationVar(&cfg.BusyPoll, "busy-poll", 0, "how long a call blocked in the stream polls")
+	streamtool.BusyPollFlag(fs, &cfg.BusyPoll)
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
 	if err := cmtool.Parse(fs, args); err != nil {
 		return nil, nil, err

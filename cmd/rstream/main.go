@@ -64,11 +64,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 
 	"github.com/softrnic/softrnic/internal/cmtool"
+	"github.com/softrnic/softrnic/internal/perf"
 	"github.com/softrnic/softrnic/internal/streamtool"
 	"github.com/softrnic/softrnic/verbs"
 )
@@ -84,17 +84,12 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		return cmtool.ParseStatus("rstream", err, stderr)
 	}
 	if o.cpuprofile != "" {
-		f, err := os.Create(o.cpuprofile)
+		stop, err := perf.StartCPUProfile(o.cpuprofile)
 		if err != nil {
 			fmt.Fprintln(stderr, "rstream:", err)
 			return 1
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "rstream:", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	ctx, stop := cmtool.RunContext(o.Timeout)
 	defer stop()
@@ -135,7 +130,7 @@ softrnic:
 	[--dev-addr addr]	this side's device address (default: -b; a client: the route's source)
 	[--udp-port port]	this device's RoCEv2 UDP port, and the peer's (default 4791)
 	[--ordering mode]	ordered (default) or weak (used if both sides offer it)
-	[--busy-poll d]		how long a blocked read or write polls before it sleeps (default 0)
+	[--busy-poll d]		how long a blocked read or write polls before it sleeps (default 50µs; 0: none)
 	[--json]		one JSON object per test on stdout (rstream's table to stderr)
 	[--stats]		the device's and connection manager's counters after each test
 	[--pcap file]		write the device's packets to file (pcap)
@@ -198,7 +193,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 		return nil
 	})
 	fs.StringVar(&ordering, "ordering", "ordered", "ordered or weak")
-	fs.DurationVar(&cfg.BusyPoll, "busy-poll", 0, "how long a blocked read or write polls")
+	busySet := streamtool.BusyPollFlag(fs, &cfg.BusyPoll)
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
 	if err := cmtool.Parse(fs, args); err != nil {
 		return nil, nil, err
@@ -217,7 +212,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	default:
 		return nil, nil, fmt.Errorf("--ordering %q: want ordered or weak", ordering)
 	}
-	if cfg.Sockets && (ordering != "ordered" || cfg.BusyPoll != 0) {
+	if cfg.Sockets && (ordering != "ordered" || busySet()) {
 		fmt.Fprintln(stderr, "rstream: note: --ordering and --busy-poll apply to rsockets, not to -T s")
 	}
 	if err := o.ResolveAddrs(cmtool.AddrFlag{Flag: "-s", Value: server, Dst: &cfg.ServerAddr},

@@ -41,7 +41,7 @@ type Config struct {
 	Sockets            bool // -T s: the kernel's TCP (Go's net package) instead of rsockets
 	Verify             bool // -T v
 	Ordering           verbs.Ordering
-	BusyPoll           time.Duration // rsocket.Options.BusyPoll (0: its default)
+	BusyPoll           time.Duration // rsocket.Options.BusyPoll (0: its default; negative: none)
 	// CountFor, if set, replaces the tools' counts (tests: short runs of the size sets).
 	CountFor func(size int) int
 	// Local is the device: --dev-addr (default -b; a client's: the route's source),
