@@ -195,7 +195,7 @@ func checkShared(t testing.TB, vm *rxevm.VM) {
 		return
 	}
 	t.Logf("interop: after this failure the guest no longer reaches the host (ping: rc %d, %v): %s%s", rc, err, out, stderr)
-	if diag, _, _, err := vm.Exec(ctx, "grep eth0 /proc/net/dev; dmesg | grep -i -E 'watchdog|timed out|warning|bug|virtio|rxe' | tail -n 40"); err == nil {
+	if diag, _, _, err := vm.Exec(ctx, "head -n 2 /proc/net/dev; grep eth0 /proc/net/dev; dmesg | grep -i -E 'netdev watchdog|timed out|warning|bug:|call trace|blocked for|rxe' | tail -n 40"); err == nil {
 		t.Logf("guest eth0 counters and kernel messages:\n%s", diag)
 	}
 	if hc, err := vm.HostCommand(ctx, "ip", "-s", "link", "show", vm.Info().Tap).CombinedOutput(); err == nil {

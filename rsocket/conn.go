@@ -523,6 +523,7 @@ func (c *Conn) busyPoll(ch chan struct{}, dl, stop <-chan struct{}) bool {
 			return true
 		default:
 		}
+		runtime.Gosched() // the goroutines with work to do (a handler, a writer) go first
 	}
 	return false
 }
