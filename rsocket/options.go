@@ -46,8 +46,9 @@ type Options struct {
 	// sleeps at once). librdmacm polls the same way before it blocks (10 µs). Polling
 	// saves the wake-ups of the device's receive goroutine and of the waiting goroutine,
 	// which on a quiet machine are most of a small message's latency; it costs up to
-	// BusyPoll of CPU time per wait that finds nothing. At most GOMAXPROCS calls poll at
-	// once; the others sleep at once.
+	// BusyPoll of CPU time per wait that finds nothing. A polling call yields the
+	// processor between polls, so goroutines with work go first, and at most GOMAXPROCS
+	// calls of the process poll at once; the others sleep at once.
 	BusyPoll time.Duration
 }
 
