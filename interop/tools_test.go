@@ -241,14 +241,7 @@ func (c cell) run(t *testing.T, vm *rxevm.VM) {
 		// drops. On a lossy link a late duplicate MAD is a CM drop the link caused.
 		t.Error("softrnic's tool counted errors the peer's packets caused")
 	}
-	for _, name := range []string{"rcvd_seq_err", "out_of_seq_request", "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"} {
-		if c.lossy && (name == "rcvd_seq_err" || name == "out_of_seq_request") {
-			continue
-		}
-		if rxe[name] != 0 {
-			t.Errorf("rxe counter %s = %d", name, rxe[name])
-		}
-	}
+	checkRxe(t, rxe, c.lossy)
 	var drop *captureDropError
 	if errors.As(capErr, &drop) {
 		t.Logf("capture incomplete (the checks below cover what it holds): %v", capErr)
@@ -410,4 +403,20 @@ func TestLossyLink(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { c.run(t, sharedVM(t)) })
 	}
 	t.Log(execOK(t, vm, time.Minute, "tc -s qdisc show dev eth0; tc -s qdisc show dev ifb9"))
+}
+
+// checkRxe fails t for each error rxe counted over a cell: sequence errors (unless the
+// link is lossy, where they are the loss), retries exhausted, send errors, and the extra
+// counters named.
+func checkRxe(t *testing.T, rxe rxevm.Counters, lossy bool, extra ...string) {
+	t.Helper()
+	names := []string{"retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"}
+	if !lossy {
+		names = append(names, "rcvd_seq_err", "out_of_seq_request")
+	}
+	for _, name := range append(names, extra...) {
+		if rxe[name] != 0 {
+			t.Errorf("rxe counter %s = %d", name, rxe[name])
+		}
+	}
 }
