@@ -55,6 +55,10 @@ func TestRiostreamSizeSets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("minutes of transfers")
 	}
+	if why := longCell("riostream's default run: minutes of transfers, and in one CI run the guest stopped " +
+		"sending in it as in rstream's default sets (see docs/interop.md)"); why != "" {
+		t.Skip(why)
+	}
 	sharedVM(t) // skips the whole test where the VM cannot run
 	bin := tool(t, "cmd/riostream")
 	c := cell{name: "guest-server", guestServer: true, guest: "riostream -b $GUEST -T v", guestReady: cmListening,
