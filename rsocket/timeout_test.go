@@ -1,7 +1,6 @@
 package rsocket
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -14,26 +13,7 @@ import (
 // A dialled connection's QPs, on both sides, retransmit after the local ACK timeout
 // librdmacm's rconnect gets from rdma_cm, not verbs' default.
 func TestDialACKTimeout(t *testing.T) {
-	devS := verbstest.OpenDevice(t, verbstest.IPB, verbs.DeviceConfig{})
-	devC := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
-	l, err := Listen(devS, 7471)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLimit)
-	defer cancel()
-	d := Dialer{DevicePort: devS.Addr().Port()}
-	c, err := d.Dial(ctx, devC, netip.AddrPortFrom(verbstest.IPB, 7471))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.AcceptRsocket()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c, s := connectedPair(t, Options{}, Options{})
 	for side, conn := range map[string]*Conn{"dialler": c, "listener": s} {
 		if a, _ := conn.qp.QueryQP(); a.Timeout != 19 {
 			t.Errorf("%s's QP: local ACK timeout %d, want 19 (2.1 s)", side, a.Timeout)
@@ -51,29 +31,34 @@ func TestACKTimeoutOption(t *testing.T) {
 			t.Errorf("ackCode(%v) = %d, want %d", tc.d, got, tc.code)
 		}
 	}
-	devS := verbstest.OpenDevice(t, verbstest.IPB, verbs.DeviceConfig{})
-	devC := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
-	lc := ListenConfig{Options: Options{ACKTimeout: 10 * time.Millisecond}}
-	l, err := lc.Listen(devS, 7471)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	d := Dialer{Options: Options{ACKTimeout: 60 * time.Millisecond}, DevicePort: devS.Addr().Port()}
-	c, err := d.Dial(testutil.Context(t), devC, netip.AddrPortFrom(verbstest.IPB, 7471))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.AcceptRsocket()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c, s := connectedPair(t, Options{ACKTimeout: 10 * time.Millisecond}, Options{ACKTimeout: 60 * time.Millisecond})
 	if a, _ := c.qp.QueryQP(); a.Timeout != 14 {
 		t.Errorf("dialler's QP: local ACK timeout %d, want 14", a.Timeout)
 	}
 	if a, _ := s.qp.QueryQP(); a.Timeout != 12 {
 		t.Errorf("listener's QP: local ACK timeout %d, want 12", a.Timeout)
 	}
+}
+
+// connectedPair connects a dialler with options do to a listener with options lo, on two
+// devices, and returns the dialled and the accepted connection, closed when t ends.
+func connectedPair(t *testing.T, lo, do Options) (c, s *Conn) {
+	t.Helper()
+	devS := verbstest.OpenDevice(t, verbstest.IPB, verbs.DeviceConfig{})
+	devC := verbstest.OpenDevice(t, verbstest.IPA, verbs.DeviceConfig{})
+	l, err := (&ListenConfig{Options: lo}).Listen(devS, 7471)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	d := Dialer{Options: do, DevicePort: devS.Addr().Port()}
+	if c, err = d.Dial(testutil.Context(t), devC, netip.AddrPortFrom(verbstest.IPB, 7471)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if s, err = l.AcceptRsocket(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return c, s
 }
