@@ -4,7 +4,8 @@
 # table of docs/rsocket.md: medians of bandwidth (64 KiB and 1 MiB transfers), 8-byte
 # ping-pong latency, and CPU time per GiB (both processes' user and system time); the
 # streams with each process's default GOMAXPROCS (2 here: four Ps on two CPUs) and with
-# GOMAXPROCS=1 (each process one CPU, as on a machine with CPUs to spare).
+# GOMAXPROCS=1 (each process one CPU, as on a machine with CPUs to spare); and 64 KiB
+# transfers with --nodelay (every write its own message, as librdmacm sends them).
 #   bench/rsocket.sh            RUNS=5 (about 5 minutes on 2 cores)
 #   RUNS=1 bench/rsocket.sh     one run each
 # rstream's exchange: the client writes COUNT transfers, then the server writes as many
@@ -47,6 +48,7 @@ for i in $(seq "$runs"); do
       GOMAXPROCS=$p pair "$t.$p 1MiB" "${flag[@]}" -S 1048576 -C 400
       GOMAXPROCS=$p pair "$t.$p 8B" "${flag[@]}" -S 8 -C 1 -I 20000
     done
+    GOMAXPROCS=$p pair "nodelay.$p 64KiB" --nodelay -S 65536 -C 5000
   done
   "$out/rperf" send_bw --loopback -s 65536 -n 20000 --json | sed "s/^{/{\"bench\":\"rperf 64KiB\",\"round\":$i,/" >> "$out/results.jsonl"
   "$out/rperf" send_bw --loopback -s 1M -n 2000 --json | sed "s/^{/{\"bench\":\"rperf 1MiB\",\"round\":$i,/" >> "$out/results.jsonl"
@@ -82,6 +84,8 @@ for p, procs in (("2", "two processes"), ("1", "two processes, GOMAXPROCS=1 each
         print(f"| {size} transfers, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q:.0f} | {r/q:.2f} |")
         rc, tc, pc = (med(list(cpu[k].values())) for k in (f"rsocket.{p} {size}", f"tcp.{p} {size}", f"rperf {size}"))
         print(f"| {size}: CPU s per GiB ({procs}) | {rc:.2f} | {tc:.2f} | {rc/tc:.2f} | {pc:.2f} | {rc/pc:.2f} |")
+    r, t, q = med(bw[f"nodelay.{p} 64KiB"]), med(bw[f"tcp.{p} 64KiB"]), med(bw["rperf 64KiB"])
+    print(f"| 64KiB transfers with --nodelay, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q:.0f} | {r/q:.2f} |")
     r, t, q = med(lat[f"rsocket.{p} 8B"]), med(lat[f"tcp.{p} 8B"]), med(lat["rperf 8B"])
     print(f"| 8 B ping-pong, µs one way ({procs}) | {r:.1f} | {t:.1f} | {r/t:.2f} | {q:.1f} | {r/q:.2f} |")
 PY

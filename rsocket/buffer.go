@@ -77,6 +77,7 @@ func (c *Conn) WriteBuffer(b *Buffer, off, n int) (int, error) {
 	if !ok {
 		return 0, c.opError("write", fmt.Errorf("the buffer was closed: %w", net.ErrClosed))
 	}
+	c.flushPending() // what Write left waiting goes first
 	done := 0
 	var err error
 	for done < n {

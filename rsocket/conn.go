@@ -23,10 +23,11 @@ import (
 // Close wakes every blocked call, after which every call returns an error wrapping
 // net.ErrClosed. Errors are *net.OpError values.
 //
-// Write copies into the connection's registered send buffer and returns once every
-// byte is posted, as a TCP Write returns once its bytes are in the socket buffer;
-// ReadFrom reads straight into that buffer and WriteTo writes straight out of the
-// receive ring, so io.Copy to or from a Conn copies each byte once.
+// Write copies into the connection's registered send buffer and returns, as a TCP Write
+// returns once its bytes are in the socket buffer; ReadFrom reads straight into that
+// buffer and WriteTo writes straight out of the receive ring, so io.Copy to or from a
+// Conn copies each byte once. Bytes written while an earlier message is still on its
+// way wait for it and go out with what follows as one message (see Options.NoDelay).
 type Conn struct {
 	o      Options
 	cn     *cm.Conn
@@ -53,7 +54,8 @@ type Conn struct {
 	// first, as WriteTo into the same connection does (ReadFrom from the same connection
 	// would take them the other way: it is refused). ctrlMu is taken before mu, never after;
 	// pollMu is only ever tried (progress), never waited for, and its holder may take
-	// ctrlMu and mu. No lock is held across a wait but rlock and wlock.
+	// ctrlMu and mu, and try wlock (tryFlush: Reads and the cork timer try it too). No
+	// lock is held across a wait but rlock and wlock.
 	rlock sync.Mutex // serialises Reads (the receive ring's reader)
 	wlock sync.Mutex // serialises Writes (the send buffer's writer)
 
@@ -84,6 +86,12 @@ type Conn struct {
 	closed    bool                 // Close has told the peer: every call fails
 	err       error                // why the connection failed, if it did
 	stats     Stats
+	// corked says that bytes wait in the send buffer (tx.pend), so a Read or a completion
+	// tries to send them; flushTimer sends them if nothing else does (armed: flushArmed).
+	corked     atomic.Bool
+	flushTimer *time.Timer
+	flushArmed bool
+	corkWait   time.Duration // corkTimeout (tests wait longer)
 
 	rwake, wwake chan struct{} // a state change readers or writers wait for
 	done         chan struct{} // closed by Close
@@ -151,8 +159,10 @@ type txState struct {
 	seq       uint16 // data messages sent
 	seqComp   uint16 // the credit limit the peer gave
 	sqe       int    // data send WRs free
-	head      uint32 // where the next message goes in the send buffer
+	head      uint32 // where the next byte goes in the send buffer
 	avail     uint32 // free bytes of the send buffer
+	pend      uint32 // bytes before head written and not yet posted (one message to be)
+	dataOut   int    // data messages posted and not yet completed
 	shut      bool   // CloseWrite
 	// fromBuffers counts data messages posted from a Buffer and not yet completed:
 	// WriteBuffer returns when its own are done.
@@ -348,7 +358,11 @@ func (c *Conn) pollLocked() bool {
 			}
 		}
 		credits := c.needCreditsLocked()
+		flush := c.tx.pend > 0 && c.tx.dataOut == 0
 		c.mu.Unlock()
+		if flush {
+			c.tryFlush() // the last message went out: what waited for it follows
+		}
 		if recvs > 0 {
 			// Receives go back at once (they carry no buffers), as librdmacm reposts them.
 			_ = c.qp.PostRecv(c.recvs[:recvs])
@@ -470,9 +484,11 @@ func (c *Conn) onSend(wc *verbs.WorkCompletion) {
 	switch wc.WRID & wrKind {
 	case wrData:
 		c.tx.sqe++
+		c.tx.dataOut--
 		c.tx.avail += uint32(wc.WRID &^ wrKind)
 	case wrBuffer:
 		c.tx.sqe++
+		c.tx.dataOut--
 		c.tx.fromBuffers--
 	case wrIOMap:
 		c.tx.sqe++
@@ -582,6 +598,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	c.rlock.Lock()
 	defer c.rlock.Unlock()
+	if c.corked.Load() {
+		c.tryFlush() // what was written goes out before this side waits for an answer
+	}
 	for {
 		if isClosed(c.rdl.wait()) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
@@ -692,12 +711,11 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if room == 0 {
 			continue
 		}
-		n := room
-		copy(c.sbuf.Buf()[off:], b[done:done+int(n)])
-		if err := c.post(off, n); err != nil {
+		copy(c.sbuf.Buf()[off:], b[done:done+int(room)])
+		if err := c.wrote(room); err != nil {
 			return done, err
 		}
-		done += int(n)
+		done += int(room)
 	}
 	return done, nil
 }
@@ -721,7 +739,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		k, rerr := r.Read(c.sbuf.Buf()[off : off+room])
 		if k > 0 {
-			if err := c.post(off, uint32(k)); err != nil {
+			if err := c.wrote(uint32(k)); err != nil {
 				return total, err
 			}
 			total += int64(k)
@@ -751,15 +769,28 @@ func (c *Conn) sendable(want int, sbuf bool) (off, room uint32, err error) {
 		c.mu.Unlock()
 		return 0, 0, c.opError("write", err)
 	}
-	if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp && (t.avail > 0 || !sbuf) {
-		room = min(uint32(want), maxMessage, t.grants[t.gHead].Len)
-		if sbuf {
+	if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp {
+		limit := min(maxMessage, t.grants[t.gHead].Len) // of one message
+		switch {
+		case sbuf && t.avail > 0:
+			// Bytes written go after those waiting to be posted, into the same message.
 			size := uint32(c.o.SendBuffer)
-			room = min(room, t.avail, size-t.head)
-			off = t.head
+			room, off = min(uint32(want), limit-min(limit, t.pend), t.avail, size-t.head), t.head
+			if room > 0 {
+				c.mu.Unlock()
+				return off, room, nil
+			}
+			// The message waiting (room is short only of its bytes) is as long as it may
+			// be: post it, look again.
+			return 0, 0, c.postPendLocked()
+		case t.pend > 0:
+			// What waits goes first: before a message from elsewhere, and before a
+			// Write waits for send buffer space.
+			return 0, 0, c.postPendLocked()
+		case !sbuf:
+			c.mu.Unlock()
+			return 0, min(uint32(want), limit), nil
 		}
-		c.mu.Unlock()
-		return off, room, nil
 	}
 	c.mu.Unlock()
 	if err := c.waitEvent(c.wwake, dl); err != nil {
@@ -785,15 +816,106 @@ func (c *Conn) writeErrLocked(dl <-chan struct{}) error {
 	return nil
 }
 
-// post sends n bytes at off of the send buffer as one data message into the current
-// grant (wlock held, after writable said they fit).
-func (c *Conn) post(off, n uint32) error {
+// wrote takes n bytes copied into the send buffer at its head (wlock held, after
+// writable said they fit): they join the bytes waiting to be posted, and the message
+// goes now unless it may wait for the one on its way.
+//
+// A message waits (is corked, as TCP corks a socket's data while the NIC still sends
+// what came before) while an earlier data message is on its way and it could still
+// grow: every message costs a work request, a completion on each side, and system calls
+// to send and receive it, so bytes written back to back go out as one message when the
+// writer is faster than the link, and at once when it is not. What waits goes out when
+// the earlier messages are completed (whoever polls), when this side reads, before
+// anything else is posted, and at the latest after corkTimeout.
+func (c *Conn) wrote(n uint32) error {
 	c.mu.Lock()
 	t := &c.tx
 	size := uint32(c.o.SendBuffer)
 	t.head = (t.head + n) % size
 	t.avail -= n
+	t.pend += n
+	if !c.o.NoDelay && t.dataOut > 0 && t.head != 0 && t.pend < min(maxMessage, t.grants[t.gHead].Len) {
+		if !c.flushArmed {
+			c.flushArmed = true
+			c.flushTimer.Reset(c.corkWait)
+		}
+		c.corked.Store(true)
+		c.mu.Unlock()
+		return nil
+	}
+	return c.postPendLocked()
+}
+
+// corkTimeout bounds how long written bytes wait for the message before them when no
+// call of the connection's polls its completions.
+const corkTimeout = time.Millisecond
+
+// postPendLocked posts the bytes waiting in the send buffer as one data message (wlock
+// and mu held, a send WR, a credit and a grant available; it unlocks mu).
+func (c *Conn) postPendLocked() error {
+	t := &c.tx
+	n := t.pend
+	off := (t.head + uint32(c.o.SendBuffer) - n) % uint32(c.o.SendBuffer)
+	t.pend = 0
+	c.corked.Store(false)
 	return c.postLocked(c.sbuf.SGE(int(off), int(n)), wrData|uint64(n))
+}
+
+// flushPending posts the bytes waiting in the send buffer, if they may go now (wlock
+// held): other posts go after them, and Reads and completions send them.
+func (c *Conn) flushPending() error {
+	c.mu.Lock()
+	t := &c.tx
+	if t.pend == 0 || c.closed || c.err != nil || t.sqe == 0 || t.gN == 0 || t.seq == t.seqComp {
+		c.mu.Unlock()
+		return nil
+	}
+	return c.postPendLocked()
+}
+
+// sendPending posts the bytes waiting in the send buffer, waiting for the send WR,
+// credit and grant they need until the deadline dl or stop (wlock held): a SHUTDOWN or
+// DISCONNECT must not overtake them. After a failure they are dropped with the rest.
+func (c *Conn) sendPending(dl, stop <-chan struct{}) error {
+	for c.corked.Load() {
+		if err := c.flushPending(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.tx.pend > 0 && (c.closed || c.err != nil || c.peerDisc) {
+			c.tx.pend = 0
+			c.corked.Store(false)
+		}
+		c.mu.Unlock()
+		if !c.corked.Load() {
+			return nil
+		}
+		if err := c.waitUntil(c.wwake, dl, stop); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tryFlush posts the bytes waiting in the send buffer unless a call that writes is
+// running, which then posts them itself.
+func (c *Conn) tryFlush() {
+	if c.wlock.TryLock() {
+		c.flushPending()
+		c.wlock.Unlock()
+	}
+}
+
+// onFlushTimer sends what waits when nothing else did (the timer's goroutine); while
+// it cannot, it looks again after corkTimeout.
+func (c *Conn) onFlushTimer() {
+	c.tryFlush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushArmed = c.tx.pend > 0 && !c.closed && c.err == nil
+	if c.flushArmed {
+		c.flushTimer.Reset(c.corkWait)
+	}
 }
 
 // postLocked sends sg as one data message into the current grant (wlock and mu held;
@@ -817,6 +939,7 @@ func (c *Conn) postLocked(sg verbs.SGE, id uint64) error {
 	}
 	t.sqe--
 	t.seq++
+	t.dataOut++
 	c.inflight++
 	c.mu.Unlock()
 	if err := c.qp.PostSend(c.dataWR[:]); err != nil {
@@ -840,6 +963,11 @@ func (c *Conn) CloseWrite() error {
 		c.mu.Unlock()
 		return nil
 	}
+	c.mu.Unlock()
+	if err := c.sendPending(c.wdl.wait(), c.done); err != nil { // the bytes written go before the SHUTDOWN
+		return c.opError("close", err)
+	}
+	c.mu.Lock()
 	c.tx.shut = true
 	code := uint32(ctrlShutdown)
 	if c.rx.shut || c.rx.peerDone {
@@ -906,10 +1034,16 @@ func (c *Conn) Close() error {
 	boundTimer := time.AfterFunc(closeWait, func() { close(bound) })
 	defer boundTimer.Stop()
 	// Tell the peer while Reads and Writes may still be blocked: they return once
-	// c.closed is set below.
+	// c.closed is set below. The bytes written before go first, unless a Write still
+	// runs (it would post them itself).
+	if c.wlock.TryLock() {
+		c.sendPending(nil, bound)
+		c.wlock.Unlock()
+	}
 	c.postCtrl(ctrlDisconnect, bound)
 	c.mu.Lock()
 	c.closed = true
+	c.flushTimer.Stop()
 	c.mu.Unlock()
 	close(c.done)
 	wake(c.rwake)

@@ -76,6 +76,7 @@ func (c *Conn) IOMap(buf []byte, offset int64) (*Mapping, error) {
 	}
 	c.wlock.Lock()
 	defer c.wlock.Unlock()
+	c.flushPending() // what Write left waiting goes first
 	index := -1
 	for i, m := range c.peerIOMap {
 		if m == nil {
@@ -144,6 +145,7 @@ func (c *Conn) IOWrite(b []byte, offset int64) (int, error) {
 	}
 	c.wlock.Lock()
 	defer c.wlock.Unlock()
+	c.flushPending() // what Write left waiting goes first
 	done := 0
 	for done < len(b) {
 		ready, err := c.canPost(false, true, c.wdl.wait())
@@ -173,6 +175,7 @@ func (c *Conn) IOWrite(b []byte, offset int64) (int, error) {
 		t.head = (t.head + n) % size
 		t.avail -= n
 		t.sqe--
+		t.dataOut++
 		c.inflight++
 		c.mu.Unlock()
 		copy(c.sbuf.Buf()[off:], b[done:done+int(n)])
@@ -201,7 +204,12 @@ func (c *Conn) canPost(credit, sbuf bool, dl <-chan struct{}) (bool, error) {
 		c.mu.Unlock()
 		return false, c.opError("write", err)
 	}
-	if t.sqe > 0 && (!credit || t.seq != t.seqComp) && (!sbuf || t.avail > 0) {
+	if sbuf && t.pend > 0 {
+		// Bytes a Write left waiting hold the send buffer's head: they go first.
+		if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp {
+			return false, c.postPendLocked()
+		}
+	} else if t.sqe > 0 && (!credit || t.seq != t.seqComp) && (!sbuf || t.avail > 0) {
 		c.mu.Unlock()
 		return true, nil
 	}

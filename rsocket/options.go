@@ -50,6 +50,13 @@ type Options struct {
 	// processor between polls, so goroutines with work go first, and at most GOMAXPROCS
 	// calls of the process poll at once; the others sleep at once.
 	BusyPoll time.Duration
+	// NoDelay sends every Write's bytes at once, each as messages of their own, as
+	// TCP_NODELAY does for a TCP socket's small writes. By default bytes written while an
+	// earlier message is on its way wait for it (at most a millisecond, and never once
+	// this side reads) and go out with what follows as one message, as Linux's TCP
+	// autocorking does: fewer, larger messages when the writer is faster than the link,
+	// and no wait when it is not. librdmacm sends at once.
+	NoDelay bool
 }
 
 // Defaults, as librdmacm has them.

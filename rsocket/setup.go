@@ -3,6 +3,7 @@ package rsocket
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/softrnic/softrnic/cm"
 	"github.com/softrnic/softrnic/verbs"
@@ -16,9 +17,11 @@ func newConn(dev *verbs.Device, o Options) (c *Conn, err error) {
 	if dev == nil {
 		return nil, errors.New("nil device")
 	}
-	c = &Conn{o: o, rq: o.QueueSize,
+	c = &Conn{o: o, rq: o.QueueSize, corkWait: corkTimeout,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), done: make(chan struct{}),
 		rdl: newDeadline(), wdl: newDeadline()}
+	c.flushTimer = time.AfterFunc(time.Hour, c.onFlushTimer)
+	c.flushTimer.Stop()
 	defer func() {
 		if err != nil {
 			c.release()

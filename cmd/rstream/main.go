@@ -43,7 +43,8 @@
 // route's source address), --udp-port (this device's RoCEv2 UDP port and the peer's,
 // 4791), --ordering ordered|weak (the delivery mode offered: weak is used only between
 // softrnic devices that both offer it), --busy-poll (how long a blocked read or write
-// polls its completion queue before it sleeps; default 0: it sleeps at once),
+// polls its completion queue before it sleeps; default 50µs, 0: it sleeps at once),
+// --nodelay (every write goes out at once, as librdmacm's do: rsocket.Options.NoDelay),
 // --json (one JSON object per test on stdout, with the process's CPU time over the test
 // and per GiB moved; rstream's table then goes to stderr), --stats (the device's and
 // connection manager's counters after each test), --pcap FILE, --timeout, --cpuprofile
@@ -131,6 +132,7 @@ softrnic:
 	[--udp-port port]	this device's RoCEv2 UDP port, and the peer's (default 4791)
 	[--ordering mode]	ordered (default) or weak (used if both sides offer it)
 	[--busy-poll d]		how long a blocked read or write polls before it sleeps (default 50µs; 0: none)
+	[--nodelay]		every write goes out at once (default: writes behind one on its way join the next message)
 	[--json]		one JSON object per test on stdout (rstream's table to stderr)
 	[--stats]		the device's and connection manager's counters after each test
 	[--pcap file]		write the device's packets to file (pcap)
@@ -194,6 +196,7 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	})
 	fs.StringVar(&ordering, "ordering", "ordered", "ordered or weak")
 	busySet := streamtool.BusyPollFlag(fs, &cfg.BusyPoll)
+	fs.BoolVar(&cfg.NoDelay, "nodelay", false, "every write goes out at once")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
 	if err := cmtool.Parse(fs, args); err != nil {
 		return nil, nil, err
@@ -212,8 +215,8 @@ func parseArgs(args []string, stderr io.Writer) (*Config, *options, error) {
 	default:
 		return nil, nil, fmt.Errorf("--ordering %q: want ordered or weak", ordering)
 	}
-	if cfg.Sockets && (ordering != "ordered" || busySet()) {
-		fmt.Fprintln(stderr, "rstream: note: --ordering and --busy-poll apply to rsockets, not to -T s")
+	if cfg.Sockets && (ordering != "ordered" || busySet() || cfg.NoDelay) {
+		fmt.Fprintln(stderr, "rstream: note: --ordering, --busy-poll and --nodelay apply to rsockets, not to -T s")
 	}
 	if err := o.ResolveAddrs(cmtool.AddrFlag{Flag: "-s", Value: server, Dst: &cfg.ServerAddr},
 		cmtool.AddrFlag{Flag: "-b", Value: bind, Dst: &cfg.Bind}); err != nil {

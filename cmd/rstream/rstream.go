@@ -42,6 +42,7 @@ type Config struct {
 	Verify             bool // -T v
 	Ordering           verbs.Ordering
 	BusyPoll           time.Duration // rsocket.Options.BusyPoll (0: its default; negative: none)
+	NoDelay            bool          // rsocket.Options.NoDelay
 	// CountFor, if set, replaces the tools' counts (tests: short runs of the size sets).
 	CountFor func(size int) int
 	// Local is the device: --dev-addr (default -b; a client's: the route's source),

@@ -44,7 +44,7 @@ func (t *rsocketTransport) name() string { return "rsocket" }
 // for none); and softrnic's options.
 func (t *rsocketTransport) options(tune streamtool.Tuning) rsocket.Options {
 	o := rsocket.Options{RecvBuffer: 2 * t.cfg.Buffer, SendBuffer: 2 * t.cfg.Buffer,
-		Ordering: t.cfg.Ordering, BusyPoll: t.cfg.BusyPoll}
+		Ordering: t.cfg.Ordering, BusyPoll: t.cfg.BusyPoll, NoDelay: t.cfg.NoDelay}
 	switch tune {
 	case streamtool.TuneLatency:
 		o.InlineSize = max(t.cfg.Inline, 1)
