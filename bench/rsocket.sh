@@ -2,7 +2,8 @@
 # Measures streams over rsocket against Go's TCP on loopback and against rperf's
 # send_bw and send_lat, in the same run, RUNS times each (interleaved), and prints the
 # table of docs/rsocket.md: medians of bandwidth (64 KiB and 1 MiB transfers), 8-byte
-# ping-pong latency, and CPU time per GiB (both processes' user and system time); the
+# ping-pong latency, and CPU time per GiB (both processes' user and system time); rperf's
+# send_bw between two processes (as the streams run) and in one (--loopback); the
 # streams with each process's default GOMAXPROCS (2 here: four Ps on two CPUs) and with
 # GOMAXPROCS=1 (each process one CPU, as on a machine with CPUs to spare); and 64 KiB
 # transfers with --nodelay (every write its own message, as librdmacm sends them).
@@ -39,6 +40,23 @@ pair() {
   wait $srv
   grep -h '^{' "$out/server.txt" "$out/client.txt" | sed "s/^{/{\"bench\":\"$name\",\"round\":$i,/" >> "$out/results.jsonl"
 }
+# rperf2 NAME ARGS...: rperf send_bw between a server and a client process (devices on
+# 127.0.0.2 and 127.0.0.1), the client's JSON tagged with NAME.
+rperf2() {
+  local name=$1
+  shift
+  port=$((port + 1))
+  "$out/rperf" send_bw -p $port --dev-addr 127.0.0.2 > "$out/server.txt" 2>&1 &
+  local srv=$!
+  local tries=0
+  until "$out/rperf" send_bw 127.0.0.2 -p $port --dev-addr 127.0.0.1 --json "$@" > "$out/client.txt" 2>&1; do
+    tries=$((tries + 1))
+    if [ $tries -ge 50 ]; then cat "$out/client.txt" >&2; kill $srv; exit 1; fi
+    sleep 0.1 # the server is not listening yet
+  done
+  wait $srv
+  grep -h '^{' "$out/client.txt" | sed "s/^{/{\"bench\":\"$name\",\"round\":$i,/" >> "$out/results.jsonl"
+}
 for i in $(seq "$runs"); do
   for p in 2 1; do
     for t in rsocket tcp; do
@@ -49,6 +67,8 @@ for i in $(seq "$runs"); do
       GOMAXPROCS=$p pair "$t.$p 8B" "${flag[@]}" -S 8 -C 1 -I 20000
     done
     GOMAXPROCS=$p pair "nodelay.$p 64KiB" --nodelay -S 65536 -C 5000
+    GOMAXPROCS=$p rperf2 "rperf2.$p 64KiB" -s 65536 -n 20000
+    GOMAXPROCS=$p rperf2 "rperf2.$p 1MiB" -s 1M -n 2000
   done
   "$out/rperf" send_bw --loopback -s 65536 -n 20000 --json | sed "s/^{/{\"bench\":\"rperf 64KiB\",\"round\":$i,/" >> "$out/results.jsonl"
   "$out/rperf" send_bw --loopback -s 1M -n 2000 --json | sed "s/^{/{\"bench\":\"rperf 1MiB\",\"round\":$i,/" >> "$out/results.jsonl"
@@ -76,16 +96,16 @@ for r in rows:
         else:
             bw[b].append(r["bw_MiBps"])
 med = lambda v: st.median(v) if v else float("nan")
-print("| | rsocket | Go TCP | rsocket / TCP | rperf send_bw, send_lat | rsocket / rperf |")
-print("|---|---|---|---|---|---|")
+print("| | rsocket | Go TCP | rsocket / TCP | rperf send_bw, two processes | rsocket / rperf | rperf --loopback, one process | rsocket / loopback |")
+print("|---|---|---|---|---|---|---|---|")
 for p, procs in (("2", "two processes"), ("1", "two processes, GOMAXPROCS=1 each")):
     for size in ["64KiB", "1MiB"]:
-        r, t, q = med(bw[f"rsocket.{p} {size}"]), med(bw[f"tcp.{p} {size}"]), med(bw[f"rperf {size}"])
-        print(f"| {size} transfers, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q:.0f} | {r/q:.2f} |")
+        r, t, q2, q = (med(bw[k]) for k in (f"rsocket.{p} {size}", f"tcp.{p} {size}", f"rperf2.{p} {size}", f"rperf {size}"))
+        print(f"| {size} transfers, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q2:.0f} | {r/q2:.2f} | {q:.0f} | {r/q:.2f} |")
         rc, tc, pc = (med(list(cpu[k].values())) for k in (f"rsocket.{p} {size}", f"tcp.{p} {size}", f"rperf {size}"))
-        print(f"| {size}: CPU s per GiB ({procs}) | {rc:.2f} | {tc:.2f} | {rc/tc:.2f} | {pc:.2f} | {rc/pc:.2f} |")
-    r, t, q = med(bw[f"nodelay.{p} 64KiB"]), med(bw[f"tcp.{p} 64KiB"]), med(bw["rperf 64KiB"])
-    print(f"| 64KiB transfers with --nodelay, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q:.0f} | {r/q:.2f} |")
+        print(f"| {size}: CPU s per GiB ({procs}) | {rc:.2f} | {tc:.2f} | {rc/tc:.2f} | | | {pc:.2f} | {rc/pc:.2f} |")
+    r, t, q2, q = (med(bw[k]) for k in (f"nodelay.{p} 64KiB", f"tcp.{p} 64KiB", f"rperf2.{p} 64KiB", "rperf 64KiB"))
+    print(f"| 64KiB transfers with --nodelay, MiB/s ({procs}) | {r:.0f} | {t:.0f} | {r/t:.2f} | {q2:.0f} | {r/q2:.2f} | {q:.0f} | {r/q:.2f} |")
     r, t, q = med(lat[f"rsocket.{p} 8B"]), med(lat[f"tcp.{p} 8B"]), med(lat["rperf 8B"])
-    print(f"| 8 B ping-pong, µs one way ({procs}) | {r:.1f} | {t:.1f} | {r/t:.2f} | {q:.1f} | {r/q:.2f} |")
+    print(f"| 8 B ping-pong, µs one way ({procs}) | {r:.1f} | {t:.1f} | {r/t:.2f} | | | {q:.1f} | {r/q:.2f} |")
 PY
