@@ -44,14 +44,18 @@ type cell struct {
 	lossy bool
 }
 
-// lastACKLost recognises the one way ibv_rc_pingpong fails on a lossy link that is no
-// fault of either side. The server sends the last message; the client, once it has it
-// and its own sends are acknowledged, exits without a closing handshake. If the link
-// loses the ACK of that last message, the server retransmits to a QP that no longer
-// exists and ends with "transport retry counter exceeded" on its last send (wr_id 2),
-// having received everything. It returns the side that failed so ("guest" or "host"),
-// or "" if the cell did not end that way.
-func (c *cell) lastACKLost(guestRC int, guestOut string, hostErr error, hostOut string, rxe map[string]uint64) string {
+// lastACKLost recognises the ways ibv_rc_pingpong fails on a lossy link that are no
+// fault of either side: it has no closing handshake, so a side that has everything exits,
+// and if the link lost the ACK of the other side's last SEND, that side retransmits to a
+// QP that no longer exists. The server's last SEND (the client exits once it has it and
+// its own sends are acknowledged): the server ends with "transport retry counter
+// exceeded" on its last send (wr_id 2), having received everything. The client's last
+// SEND (the server exits once it was received and its own replies acknowledged): an rxe
+// client never ends, as rxe takes the retry count 7 ibv_rc_pingpong asks for as "for ever"
+// (guestStuck: stopped a minute after softrnic's server ended, having received every
+// reply). It returns the side that failed so ("guest" or "host"), or "" if the cell did
+// not end that way.
+func (c *cell) lastACKLost(guestRC int, guestStuck bool, guestOut string, hostErr error, hostOut string, rxe map[string]uint64) string {
 	if !c.lossy || c.tool != "ibv_rc_pingpong" {
 		return ""
 	}
@@ -63,6 +67,9 @@ func (c *cell) lastACKLost(guestRC int, guestOut string, hostErr error, hostOut 
 	switch {
 	case c.guestServer && guestRC != 0 && hostErr == nil && strings.Contains(hostOut, `"checked":true`) &&
 		strings.Contains(guestOut, "transport retry counter exceeded (12) for wr_id 2") && rxe["rdma_recvs"] == uint64(n):
+		return "guest"
+	case !c.guestServer && guestStuck && hostErr == nil && strings.Contains(hostOut, `"checked":true`) &&
+		strings.Contains(hostOut, fmt.Sprintf(`"iters":%d,`, n)) && rxe["rdma_recvs"] == uint64(n):
 		return "guest"
 	case !c.guestServer && guestRC == 0 && strings.Contains(guestOut, iters) && hostErr != nil &&
 		strings.Contains(hostOut, "transport retry counter exceeded (12) for wr_id 2 (") &&
@@ -140,6 +147,7 @@ func (c cell) run(t *testing.T, vm *rxevm.VM) {
 	var guestOut, guestErr string
 	var guestRC int
 	var hostErr error
+	guestStuck := false // a guest client stopped a minute after softrnic's server ended
 	host := vm.HostCommand(ctx, hostArgs[0], hostArgs[1:]...)
 	if c.guestServer {
 		srv, err := vm.Spawn(guestCmd)
@@ -186,14 +194,44 @@ func (c cell) run(t *testing.T, vm *rxevm.VM) {
 			}
 		}()
 		<-ready
-		guestOut, guestErr, guestRC, err = vm.Exec(ctx, guestCmd)
+		job, err := vm.Spawn(guestCmd)
 		if err != nil {
+			_ = host.Process.Kill()
+			t.Fatal(err)
+		}
+		hostDone := make(chan struct{})
+		go func() { hostErr = host.Wait(); close(hostDone) }()
+		// Once softrnic's server has ended, the guest's client has at most its retry
+		// budget left: it gets a minute, then it is stopped (guestStuck).
+		gctx, gcancel := context.WithCancel(ctx)
+		stuck := make(chan struct{})
+		go func() {
+			select {
+			case <-hostDone:
+			case <-gctx.Done():
+				return
+			}
+			select {
+			case <-time.After(time.Minute):
+				close(stuck)
+				gcancel()
+			case <-gctx.Done():
+			}
+		}()
+		guestOut, guestErr, guestRC, err = job.Wait(gctx)
+		gcancel()
+		select {
+		case <-stuck:
+			guestStuck = true
+		default:
+		}
+		if err != nil && !guestStuck {
 			t.Errorf("guest client: %v", err)
 		}
-		if guestRC != 0 {
+		if guestRC != 0 && !guestStuck {
 			_ = host.Process.Kill()
 		}
-		hostErr = host.Wait()
+		<-hostDone
 		pw.Close()
 		<-copied
 	}
@@ -211,9 +249,15 @@ func (c cell) run(t *testing.T, vm *rxevm.VM) {
 	t.Logf("rxe counters: %v", rxe)
 
 	guestWant, hostWant := c.guestWant, c.hostWant
-	if side := c.lastACKLost(guestRC, guestOut+guestErr, hostErr, hostOut.String(), rxe); side != "" {
+	if side := c.lastACKLost(guestRC, guestStuck, guestOut+guestErr, hostErr, hostOut.String(), rxe); side != "" {
 		// Not a failure of either side: the tool cannot know, and nor could two rxe peers.
 		t.Logf("the %s sent the last message, which its peer received and acknowledged; the link lost the ACK and the peer had exited by the retransmissions", side)
+		if guestStuck {
+			// rxe takes the retry count 7 that ibv_rc_pingpong asks for as "for ever"
+			// (rxe_comp.c decrements it only below 7): its client resends to a closed port
+			// until it is stopped, where the IBTA's count would end it after 7 tries.
+			t.Logf("rxe's client retried without end (completer_retry_err %d); it was stopped a minute after softrnic's server ended", rxe["completer_retry_err"])
+		}
 		if side == "guest" {
 			guestRC, guestWant, rxe["retry_exceeded_err"] = 0, nil, 0
 		} else {
@@ -417,6 +461,42 @@ func checkRxe(t *testing.T, rxe rxevm.Counters, lossy bool, extra ...string) {
 	for _, name := range append(names, extra...) {
 		if rxe[name] != 0 {
 			t.Errorf("rxe counter %s = %d", name, rxe[name])
+		}
+	}
+}
+
+// lastACKLost tells the ways a lossy link ends ibv_rc_pingpong without a fault of either
+// side from real failures.
+func TestLastACKLost(t *testing.T) {
+	guest := "ibv_rc_pingpong -d rxe0 -g $SOFTRNIC_GID_INDEX -n 300 -s 8192 -c"
+	hostOK := `{"test":"rc_pingpong","role":"server","iters":300,"bytes":4915200,"checked":true}`
+	all := map[string]uint64{"rdma_recvs": 300}
+	short := map[string]uint64{"rdma_recvs": 299}
+	guestServer := cell{tool: "ibv_rc_pingpong", guest: guest, lossy: true, guestServer: true}
+	guestClient := cell{tool: "ibv_rc_pingpong", guest: guest, lossy: true}
+	retryExc := "Failed status transport retry counter exceeded (12) for wr_id 2"
+	hostExc := "transport retry counter exceeded (12) for wr_id 2 (x) after 299 of 300 iterations (received 300, sent 299)"
+	for _, tc := range []struct {
+		name     string
+		c        cell
+		guestRC  int
+		stuck    bool
+		guestOut string
+		hostErr  error
+		hostOut  string
+		rxe      map[string]uint64
+		want     string
+	}{
+		{"guest server retried out", guestServer, 1, false, retryExc, nil, hostOK, all, "guest"},
+		{"host server retried out", guestClient, 0, false, "300 iters in 2.9 seconds", errors.New("exit 1"), hostExc, nil, "host"},
+		{"rxe client retrying for ever", guestClient, 143, true, "", nil, hostOK, all, "guest"},
+		{"rxe client stuck short of a reply", guestClient, 143, true, "", nil, hostOK, short, ""},
+		{"rxe client stuck, softrnic failed", guestClient, 143, true, "", errors.New("exit 1"), hostOK, all, ""},
+		{"rxe client ended by the cell's deadline", guestClient, 143, false, "", nil, hostOK, all, ""},
+		{"not lossy", cell{tool: "ibv_rc_pingpong", guest: guest}, 143, true, "", nil, hostOK, all, ""},
+	} {
+		if got := tc.c.lastACKLost(tc.guestRC, tc.stuck, tc.guestOut, tc.hostErr, tc.hostOut, tc.rxe); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
