@@ -77,12 +77,11 @@ func (c *Conn) WriteBuffer(b *Buffer, off, n int) (int, error) {
 	if !ok {
 		return 0, c.opError("write", fmt.Errorf("the buffer was closed: %w", net.ErrClosed))
 	}
-	c.flushPending() // what Write left waiting goes first
 	done := 0
 	var err error
 	for done < n {
 		var room uint32
-		if _, room, err = c.sendable(n-done, false); err != nil {
+		if _, room, err = c.sendable(n-done, false); err != nil { // posts what Write left waiting first
 			break
 		}
 		if room == 0 {

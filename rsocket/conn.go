@@ -169,6 +169,10 @@ type txState struct {
 	fromBuffers int
 }
 
+// canSend says whether a data message may be posted now: a send WR free, a grant to
+// write into and a credit to spend.
+func (t *txState) canSend() bool { return t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp }
+
 func (r *rxState) push(n uint32) {
 	r.lens[(r.head+r.n)%len(r.lens)] = n
 	r.n++
@@ -769,7 +773,7 @@ func (c *Conn) sendable(want int, sbuf bool) (off, room uint32, err error) {
 		c.mu.Unlock()
 		return 0, 0, c.opError("write", err)
 	}
-	if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp {
+	if t.canSend() {
 		limit := min(maxMessage, t.grants[t.gHead].Len) // of one message
 		switch {
 		case sbuf && t.avail > 0:
@@ -866,7 +870,7 @@ func (c *Conn) postPendLocked() error {
 func (c *Conn) flushPending() error {
 	c.mu.Lock()
 	t := &c.tx
-	if t.pend == 0 || c.closed || c.err != nil || t.sqe == 0 || t.gN == 0 || t.seq == t.seqComp {
+	if t.pend == 0 || c.closed || c.err != nil || !t.canSend() {
 		c.mu.Unlock()
 		return nil
 	}

@@ -145,10 +145,9 @@ func (c *Conn) IOWrite(b []byte, offset int64) (int, error) {
 	}
 	c.wlock.Lock()
 	defer c.wlock.Unlock()
-	c.flushPending() // what Write left waiting goes first
 	done := 0
 	for done < len(b) {
-		ready, err := c.canPost(false, true, c.wdl.wait())
+		ready, err := c.canPost(false, true, c.wdl.wait()) // posts what Write left waiting first
 		if err != nil {
 			return done, err
 		}
@@ -206,7 +205,7 @@ func (c *Conn) canPost(credit, sbuf bool, dl <-chan struct{}) (bool, error) {
 	}
 	if sbuf && t.pend > 0 {
 		// Bytes a Write left waiting hold the send buffer's head: they go first.
-		if t.sqe > 0 && t.gN > 0 && t.seq != t.seqComp {
+		if t.canSend() {
 			return false, c.postPendLocked()
 		}
 	} else if t.sqe > 0 && (!credit || t.seq != t.seqComp) && (!sbuf || t.avail > 0) {
